@@ -1,0 +1,65 @@
+# The README's two commands are `make demo` and `make test`; .ci/run calls `make test`.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+COLLECTION_LINK := .cache/collections/ansible_collections/tunefleet/gpu_node
+export CONTAINERS_CONF := $(CURDIR)/molecule/containers.conf
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+SCENARIOS ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
+
+.PHONY: demo test venv system-deps lint pytest molecule collection clean
+
+## demo: tune this machine in check mode (changes nothing), then verify it and write reports/
+demo: $(STAMP)
+	@echo "== tunefleet demo: ansible-playbook playbooks/site.yml --check --diff (check mode: nothing on this machine changes)"
+	$(BIN)/ansible-playbook -i inventory/local playbooks/site.yml --check --diff
+	@echo "== tunefleet demo: verifying this machine against the same desired state"
+	$(BIN)/tunefleet verify --local --vars inventory/local/group_vars/all.yml --out reports/demo \
+	  || [ $$? -le 2 ]
+	@echo "== check mode: nothing was changed on this machine. Reports: $(CURDIR)/reports/demo/ (open report.html)"
+
+## test: everything CI runs
+test: system-deps $(STAMP) lint pytest molecule
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test]'
+	mkdir -p $(dir $(COLLECTION_LINK))
+	ln -sfn $(CURDIR) $(COLLECTION_LINK)
+	touch $(STAMP)
+
+system-deps:
+	@missing=""; \
+	for pkg in podman runc debootstrap fio chromium iproute2 ethtool; do \
+	  dpkg -s $$pkg >/dev/null 2>&1 || missing="$$missing $$pkg"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  else echo "missing Debian packages:$$missing (install them as root)"; exit 1; fi; \
+	fi
+
+lint: $(STAMP)
+	$(BIN)/ruff check verify tests benchmarks plugins
+	$(BIN)/yamllint -s .
+	$(BIN)/ansible-lint --offline
+
+pytest: $(STAMP)
+	$(BIN)/pytest -q tests
+
+molecule: $(STAMP)
+	for s in $(SCENARIOS); do $(BIN)/molecule test -s $$s; done
+
+collection: $(STAMP)
+	$(BIN)/ansible-galaxy collection build --force --output-path build .
+
+clean:
+	rm -rf $(VENV) .cache reports build

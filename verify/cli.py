@@ -1,0 +1,71 @@
+"""`tunefleet` command line. Each subcommand's work lives in its own module, imported lazily
+so the node-side path (`verify --local`) needs nothing beyond the standard library."""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Optional, Sequence
+
+from verify import __version__
+
+FORMATS = ("json", "md", "html", "junit", "prom")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tunefleet", description="Verify that GPU nodes are tuned and fast.")
+    parser.add_argument("--version", action="version", version=f"tunefleet {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    v = sub.add_parser("verify", help="verify this node (--local) or a fleet (-i INVENTORY)")
+    where = v.add_mutually_exclusive_group(required=True)
+    where.add_argument("--local", action="store_true", help="verify the node this runs on")
+    where.add_argument("-i", "--inventory", help="verify every host of an Ansible inventory")
+    source = v.add_mutually_exclusive_group()
+    source.add_argument("--spec", help="desired state file (JSON, or YAML on the controller)")
+    source.add_argument("--profile", help="named hardware profile (see `tunefleet profiles`)")
+    v.add_argument("--vars", action="append", default=[], help="inventory-style vars file overriding role defaults")
+    v.add_argument("--root", default="/", help="root of the tree to read /proc, /sys and /etc from")
+    v.add_argument("--format", default="json,md,html,junit,prom", help=f"comma list of {', '.join(FORMATS)}")
+    v.add_argument("--out", default="reports", help="directory for the reports")
+    v.add_argument("--bench", default=None, help="comma list of benchmarks to run (default: what the desired state asks)")
+    v.add_argument("--no-bench", action="store_true", help="config checks only")
+    v.add_argument("--limit", help="with -i: Ansible host pattern")
+    v.add_argument("--quiet", action="store_true", help="no terminal table")
+
+    r = sub.add_parser("report", help="rebuild the fleet report from saved node reports")
+    r.add_argument("directory", help="directory holding node reports (reports/<run-id>)")
+    r.add_argument("--format", default="json,md,html,junit", help="comma list of formats")
+    r.add_argument("--out", default=None, help="where to write (default: the directory itself)")
+
+    b = sub.add_parser("bench", help="run one benchmark on this node")
+    b.add_argument("name", help="benchmark name (see `tunefleet bench list`)")
+    b.add_argument("args", nargs=argparse.REMAINDER, help="options for that benchmark")
+
+    sub.add_parser("profiles", help="list the shipped hardware profiles")
+
+    s = sub.add_parser("spec", help="print the desired state rendered from role defaults")
+    s.add_argument("--profile", help="named hardware profile")
+    s.add_argument("--vars", action="append", default=[], help="inventory-style vars file")
+    s.add_argument("--host", default="localhost")
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "verify" and args.inventory:
+        from verify.fleet.run import main as run
+    elif args.command == "verify":
+        from verify.local_run import main as run
+    elif args.command == "report":
+        from verify.fleet.report import main as run
+    elif args.command == "bench":
+        from verify.bench.cli import main as run
+    elif args.command == "profiles":
+        from verify.profiles import main as run
+    else:
+        from verify.local_run import spec_main as run
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

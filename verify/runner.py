@@ -1,0 +1,68 @@
+"""The thin layer that runs commands on the node. Tests inject a fake with the same call."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from typing import Callable, Mapping, Optional, Sequence
+
+
+@dataclass
+class CommandOutput:
+    argv: list
+    returncode: Optional[int]
+    stdout: str
+    stderr: str
+    duration_s: float
+    timed_out: bool = False
+    missing: bool = False  # the executable does not exist
+
+    @property
+    def ok(self) -> bool:
+        return not self.timed_out and not self.missing and self.returncode == 0
+
+
+Runner = Callable[..., CommandOutput]
+
+
+def run_command(
+    argv: Sequence[str],
+    timeout_s: float = 60.0,
+    env: Optional[Mapping[str, str]] = None,
+    cwd: Optional[str] = None,
+) -> CommandOutput:
+    """Run argv; never raises for a missing tool, a non-zero exit or a hang.
+
+    The child gets its own process group so a hung benchmark and everything it started
+    are killed together, and the output it printed so far is kept.
+    """
+    start = time.monotonic()
+    full_env = None
+    if env is not None:
+        full_env = dict(os.environ)
+        full_env.update(env)
+    try:
+        proc = subprocess.Popen(
+            list(argv),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            errors="replace",
+            env=full_env,
+            cwd=cwd,
+            start_new_session=True,
+        )
+    except (FileNotFoundError, PermissionError) as exc:
+        return CommandOutput(list(argv), None, "", str(exc), time.monotonic() - start, missing=True)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+        return CommandOutput(list(argv), proc.returncode, out, err, time.monotonic() - start)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        out, err = proc.communicate()
+        return CommandOutput(list(argv), proc.returncode, out or "", err or "", time.monotonic() - start, timed_out=True)
