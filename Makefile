@@ -2,6 +2,7 @@
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 PYTHON ?= python3
+TORCH_CPU_VERSION ?= 2.13.0
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
@@ -30,7 +31,8 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test]'
+	# torch pinned to the CPU build for the gloo tests; nodes bring their own CUDA build.
+	$(BIN)/python -m pip install -q -e '.[test,torch]' 'torch==$(TORCH_CPU_VERSION)'
 	mkdir -p $(dir $(COLLECTION_LINK))
 	ln -sfn $(CURDIR) $(COLLECTION_LINK)
 	touch $(STAMP)
