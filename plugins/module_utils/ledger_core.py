@@ -1,0 +1,263 @@
+"""The ledger's logic: record first-seen node state, and put it back.
+
+Everything here takes `root` (the tree that holds /proc, /sys and /etc) so tests run it on
+temporary trees; the Ansible modules are thin wrappers. Standard library only: this runs on
+the node's own python3.
+"""
+from __future__ import annotations
+
+import base64
+import contextlib
+import datetime
+import fcntl
+import json
+import os
+import re
+import stat
+import tempfile
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
+
+SCHEMA = "tunefleet.ledger/v1"
+DEFAULT_LEDGER_PATH = "/var/lib/tunefleet/ledger.json"
+LIVE_PREFIXES = ("/proc/", "/sys/")
+# A config file this big is not something the roles touch; refusing keeps the ledger small.
+MAX_FILE_BYTES = 1024 * 1024
+# `[mq-deadline] none`, `always [madvise] never`: the kernel marks the active choice.
+_SELECTED_CHOICE = re.compile(r"\[([^\]\s]+)\]")
+
+# runner(argv) -> (returncode, stdout, stderr); returncode None when the tool is missing.
+Runner = Callable[[List[str]], Tuple[Optional[int], str, str]]
+
+
+class LedgerError(Exception):
+    """Bad input or an unusable ledger; the message names the path and the problem."""
+
+
+def utc_now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def on_node(root: str, path: str) -> str:
+    """Where an absolute node path lives under root."""
+    if not path.startswith("/"):
+        raise LedgerError(f"{path!r}: must be an absolute path")
+    if os.path.normpath(path) != path or "/../" in path + "/":
+        raise LedgerError(f"{path!r}: must be a normalised path (no '..', '//' or trailing '/')")
+    if root in ("", "/"):
+        return path
+    return os.path.join(root, path.lstrip("/"))
+
+
+# ---------------------------------------------------------------- live kernel values
+
+def selected_choice(text: str) -> str:
+    """The active value of a sysfs file that lists choices; other text unchanged."""
+    found = _SELECTED_CHOICE.search(text)
+    return found.group(1) if found else text
+
+
+def read_live_value(root: str, path: str) -> Optional[str]:
+    """A /proc or /sys value as it would be written back; None when the file does not exist."""
+    where = on_node(root, path)
+    if not path.startswith(LIVE_PREFIXES):
+        raise LedgerError(f"{path!r}: live paths must be under /proc/ or /sys/ (config files go in 'files')")
+    try:
+        with open(where, encoding="utf-8", errors="replace") as handle:
+            text = handle.read()
+    except FileNotFoundError:
+        return None
+    except IsADirectoryError as exc:
+        raise LedgerError(f"{path!r}: is a directory, not a kernel value") from exc
+    except OSError as exc:
+        raise LedgerError(f"{path!r}: cannot be read ({exc.strerror})") from exc
+    return selected_choice(text.strip())
+
+
+def same_value(recorded: str, current: Optional[str]) -> bool:
+    """tcp_rmem reads back tab-separated whatever was written; compare the tokens."""
+    return current is not None and recorded.split() == current.split()
+
+
+def write_live_value(root: str, path: str, value: str) -> None:
+    with open(on_node(root, path), "w", encoding="utf-8") as handle:
+        handle.write(value)
+
+
+# ---------------------------------------------------------------- config files
+
+def missing_ancestors(root: str, path: str) -> List[str]:
+    """Directories above path that do not exist yet, outermost first (restore removes them)."""
+    missing = []
+    parent = os.path.dirname(path)
+    while parent not in ("/", "") and not os.path.lexists(on_node(root, parent)):
+        missing.append(parent)
+        parent = os.path.dirname(parent)
+    return list(reversed(missing))
+
+
+def snapshot_file(root: str, path: str) -> dict:
+    """Content, mode and owner of a config file, or what is needed to remove it again."""
+    where = on_node(root, path)
+    if path.startswith(LIVE_PREFIXES):
+        raise LedgerError(f"{path!r}: /proc and /sys values go in 'paths', not 'files'")
+    try:
+        info = os.lstat(where)
+    except FileNotFoundError:
+        return {"state": "absent", "created_dirs": missing_ancestors(root, path)}
+    except OSError as exc:
+        raise LedgerError(f"{path!r}: cannot be examined ({exc.strerror})") from exc
+    owner = {"uid": info.st_uid, "gid": info.st_gid}
+    if stat.S_ISLNK(info.st_mode):
+        return dict(state="link", target=os.readlink(where), **owner)
+    if not stat.S_ISREG(info.st_mode):
+        raise LedgerError(f"{path!r}: is not a regular file or symlink; the ledger records files only")
+    if info.st_size > MAX_FILE_BYTES:
+        raise LedgerError(f"{path!r}: is {info.st_size} bytes, over the ledger's {MAX_FILE_BYTES} byte limit")
+    try:
+        with open(where, "rb") as handle:
+            raw = handle.read()
+    except OSError as exc:
+        raise LedgerError(f"{path!r}: cannot be read ({exc.strerror})") from exc
+    try:
+        content, encoding = raw.decode("utf-8"), "utf-8"
+    except UnicodeDecodeError:
+        content, encoding = base64.b64encode(raw).decode("ascii"), "base64"
+    return dict(state="file", content=content, encoding=encoding, mode=f"{stat.S_IMODE(info.st_mode):04o}", **owner)
+
+
+def file_bytes(entry: dict) -> bytes:
+    if entry.get("encoding") == "base64":
+        return base64.b64decode(entry["content"])
+    return entry["content"].encode("utf-8")
+
+
+def same_file(recorded: dict, current: dict) -> bool:
+    keys = {"absent": ("state",), "link": ("state", "target"), "file": ("state", "content", "mode", "uid", "gid")}
+    return all(recorded.get(k) == current.get(k) for k in keys[recorded["state"]])
+
+
+def write_file_atomically(
+    where: str, data: bytes, mode: int, uid: Optional[int] = None, gid: Optional[int] = None
+) -> None:
+    """Readers see the old file or the new one, never half of it, even across a crash."""
+    directory = os.path.dirname(where)
+    fd, tmp = tempfile.mkstemp(prefix=".tunefleet-", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, mode)
+        if uid is not None and gid is not None and (uid, gid) != (os.getuid(), os.getgid()):
+            os.chown(tmp, uid, gid)
+        os.rename(tmp, where)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    dir_fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+# ---------------------------------------------------------------- services
+
+def service_state(runner: Runner, name: str) -> dict:
+    """systemctl's own words for a unit, e.g. enabled/disabled/masked/not-found, active/inactive."""
+    enabled_rc, enabled_out, _ = runner(["systemctl", "is-enabled", name])
+    if enabled_rc is None:
+        return {"enabled": None, "active": None}
+    _, active_out, _ = runner(["systemctl", "is-active", name])
+    enabled = enabled_out.strip().splitlines()[0] if enabled_out.strip() else "not-found"
+    active = active_out.strip().splitlines()[0] if active_out.strip() else "unknown"
+    return {"enabled": enabled, "active": active}
+
+
+# ---------------------------------------------------------------- the ledger file
+
+def empty_ledger() -> dict:
+    return {"schema": SCHEMA, "created": utc_now(), "paths": {}, "files": {}, "services": {}}
+
+
+def load_ledger(root: str, ledger_path: str) -> dict:
+    where = on_node(root, ledger_path)
+    try:
+        with open(where, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except FileNotFoundError:
+        return empty_ledger()
+    except (OSError, ValueError) as exc:
+        raise LedgerError(f"ledger {ledger_path} is unreadable or not JSON ({exc}); "
+                          "move it aside only after checking what it holds") from exc
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise LedgerError(f"ledger {ledger_path}: schema is not {SCHEMA!r}; refusing to change it")
+    for section in ("paths", "files", "services"):
+        data.setdefault(section, {})
+    return data
+
+
+def save_ledger(root: str, ledger_path: str, ledger: dict) -> None:
+    directory = on_node(root, os.path.dirname(ledger_path))
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    os.chmod(directory, 0o700)
+    text = json.dumps(ledger, indent=2, sort_keys=True) + "\n"
+    write_file_atomically(on_node(root, ledger_path), text.encode("utf-8"), 0o600)
+
+
+@contextlib.contextmanager
+def ledger_lock(root: str, ledger_path: str) -> Iterator[None]:
+    """Two plays on one node must not interleave read-modify-write of the ledger."""
+    directory = on_node(root, os.path.dirname(ledger_path))
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    os.chmod(directory, 0o700)
+    fd = os.open(on_node(root, ledger_path) + ".lock", os.O_CREAT | os.O_RDWR, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+# ---------------------------------------------------------------- recording
+
+def observe(root: str, paths: List[str], files: List[str], runner: Optional[Runner], services: List[str]) -> dict:
+    """Read everything first, so bad input fails before the ledger is touched."""
+    return {
+        "paths": {p: read_live_value(root, p) for p in paths},
+        "files": {f: snapshot_file(root, f) for f in files},
+        "services": {s: service_state(runner, s) for s in services} if services else {},
+    }
+
+
+def record_first_seen(ledger: dict, observed: dict, recorded_by: str = "", when: str = "") -> Dict[str, list]:
+    """Add what the ledger has not seen yet; an entry already there is never replaced."""
+    when = when or utc_now()
+    added: Dict[str, list] = {"paths": [], "files": [], "services": []}
+    for section in ("paths", "files", "services"):
+        for key, value in observed[section].items():
+            if key in ledger[section]:
+                continue
+            entry = {"value": value, "exists": value is not None} if section == "paths" else dict(value)
+            entry["recorded_at"] = when
+            if recorded_by:
+                entry["recorded_by"] = recorded_by
+            ledger[section][key] = entry
+            added[section].append(key)
+    return added
+
+
+def record(root: str, ledger_path: str, paths: List[str], files: List[str], services: List[str],
+           runner: Optional[Runner], recorded_by: str = "", check_mode: bool = False) -> Dict[str, list]:
+    """Record first-seen state into the ledger file; returns what was new."""
+    observed = observe(root, paths, files, runner, services)
+    if check_mode:
+        ledger = load_ledger(root, ledger_path)
+        return record_first_seen(ledger, observed, recorded_by)
+    with ledger_lock(root, ledger_path):
+        ledger = load_ledger(root, ledger_path)
+        added = record_first_seen(ledger, observed, recorded_by)
+        if any(added.values()):
+            save_ledger(root, ledger_path, ledger)
+    return added
