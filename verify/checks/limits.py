@@ -1,0 +1,253 @@
+"""Resource limits as a new login session gets them (pam_limits) and as systemd services get them.
+
+pam_limits semantics (Linux-PAM modules/pam_limits/pam_limits.c, seen on Debian 12 PAM 1.5.2):
+limits.conf is read first, then limits.d/*.conf in file-name order; an entry for the user by name
+outranks a `*` entry wherever it appears, and among equal ranks the later one wins; `-` sets soft
+and hard; `*` does not apply to root (measured here with `su -l root`), so root needs its own line.
+memlock/stack are KiB; nofile `unlimited` becomes fs.nr_open.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+from verify.checks.common import result, role_disabled, section, skip
+from verify.node import Node
+from verify.result import Status
+
+ROLE = "limits"
+INFINITY = "unlimited"
+PAM_ITEMS = ("memlock", "nofile", "nproc", "stack")
+SYSTEMD_ITEMS = {"systemd_memlock": "MEMLOCK", "systemd_nofile": "NOFILE"}
+SYSTEMD_CONF_DIRS = ("/usr/lib/systemd/system.conf.d", "/usr/local/lib/systemd/system.conf.d",
+                     "/run/systemd/system.conf.d", "/etc/systemd/system.conf.d")
+RANK_USER, RANK_DEFAULT = 0, 4  # pam_limits LIMITS_DEF_USER / LIMITS_DEF_DEFAULT
+PROBE_ARGV = ["su", "-l", "nobody", "-s", "/bin/sh", "-c", "ulimit -l; ulimit -n; ulimit -p; ulimit -s"]
+_SIZE = re.compile(r"^(\d+)([KMGTPE]?)$")
+
+
+class LimitsParseError(ValueError):
+    pass
+
+
+@dataclass
+class Limit:
+    soft: object = None  # int, INFINITY, or None when no entry sets it
+    hard: object = None
+
+
+def normalize(value: object, item: str, nr_open: Optional[int]) -> object:
+    """A limits.conf / desired-state value to int or INFINITY (nofile unlimited -> nr_open)."""
+    text = str(value).strip().lower()
+    if text in ("unlimited", "infinity", "-1", "-"):
+        return nr_open if item == "nofile" and nr_open else INFINITY
+    if not text.isdigit():
+        raise LimitsParseError(f"{item} value {value!r} is neither a number nor unlimited")
+    return int(text)
+
+
+def parse_limits_lines(text: str) -> list:
+    """(domain, type, item, value) tuples, in file order; malformed lines are skipped like pam does."""
+    entries = []
+    for raw in text.splitlines():
+        line = raw.split("#", 1)[0].strip()
+        fields = line.split()
+        if len(fields) == 4:
+            entries.append((fields[0], fields[1].lower(), fields[2].lower(), fields[3].lower()))
+    return entries
+
+
+def effective(entries: list, user: str, nr_open: Optional[int]) -> dict:
+    """item -> Limit for `user` after every file (group entries are ignored: membership is unknown)."""
+    ranks: dict = {}
+    limits = {item: Limit() for item in PAM_ITEMS}
+    for domain, kind, item, value in entries:
+        if item not in limits or kind not in ("soft", "hard", "-"):
+            continue
+        if domain == user:
+            rank = RANK_USER
+        elif domain == "*" and user != "root":
+            rank = RANK_DEFAULT
+        else:
+            continue
+        number = normalize(value, item, nr_open)
+        for side in ("soft", "hard"):
+            if kind not in (side, "-"):
+                continue
+            if ranks.get((item, side), 99) < rank:
+                continue
+            ranks[(item, side)] = rank
+            setattr(limits[item], side, number)
+    return limits
+
+
+def limits_files(node: Node) -> list:
+    texts = []
+    main = node.read("/etc/security/limits.conf")
+    if main is not None:
+        texts.append(("/etc/security/limits.conf", main))
+    names = sorted(n for n in node.listdir("/etc/security/limits.d") if n.endswith(".conf"))
+    for name in names:
+        text = node.read(f"/etc/security/limits.d/{name}")
+        if text is not None:
+            texts.append((f"/etc/security/limits.d/{name}", text))
+    return texts
+
+
+def show(value: object) -> str:
+    return "not set" if value is None else str(value)
+
+
+def judge_login(item: str, expected: object, users: Limit, root: Limit, probe: Optional[str]):
+    check_id = f"limits.login.{item}"
+    observed = {"users (*)": show(users.soft), "root": show(root.soft)}
+    details = {"users_hard": show(users.hard), "root_hard": show(root.hard)}
+    if probe is not None:
+        details["su -l nobody"] = probe
+    problems = []
+    for who, limit in (("users (*)", users), ("root", root)):
+        if limit.soft is None:
+            problems.append(f"no limits.conf(.d) entry sets {item} for {who}")
+        elif limit.soft != expected:
+            problems.append(f"{who} get soft {item} {show(limit.soft)}")
+        elif limit.hard is not None and limit.hard != INFINITY and (expected == INFINITY or limit.hard < expected):
+            problems.append(f"{who} get hard {item} {show(limit.hard)} below the soft limit")
+    if not problems:
+        return result(check_id, ROLE, Status.PASS, expected, observed, details=details)
+    return result(check_id, ROLE, Status.FAIL, expected, observed,
+                  f"a new login session: {'; '.join(problems)}, the desired state says {expected}",
+                  f"limits_{item}", details)
+
+
+def parse_probe(text: str) -> dict:
+    values = text.split()
+    if len(values) != 4:
+        raise LimitsParseError(f"expected 4 ulimit values, got {text.strip()[:60]!r}")
+    return dict(zip(("memlock", "nofile", "nproc", "stack"), values))
+
+
+def login_probe(node: Node) -> dict:
+    """What `su -l nobody` really gets, reported next to the parse (not judged: PAM stacks differ)."""
+    if not node.is_live:
+        return {}
+    out = node.run(PROBE_ARGV, timeout_s=5.0)
+    if not out.ok:
+        return {}
+    try:
+        return parse_probe(out.stdout)
+    except LimitsParseError:
+        return {}
+
+
+def systemd_value(value: str, item: str) -> object:
+    """systemd's LimitX syntax: N, N{K,M,G,T,P,E} (1024-based, memlock), infinity, or soft:hard."""
+    text = value.strip().split(":", 1)[0].strip()
+    if text.lower() == "infinity":
+        return INFINITY
+    match = _SIZE.match(text.upper())
+    if not match:
+        raise LimitsParseError(f"DefaultLimit{item}={value.strip()!r} is not a limit systemd accepts")
+    number, unit = int(match.group(1)), match.group(2)
+    return number * 1024 ** "_KMGTPE".index(unit) if unit else number
+
+
+def parse_systemd_conf(texts: list) -> dict:
+    """[Manager] DefaultLimit* assignments from system.conf and drop-ins; later ones win."""
+    found = {}
+    for text in texts:
+        in_manager = False
+        for raw in text.splitlines():
+            line = raw.strip()
+            if line.startswith("["):
+                in_manager = line == "[Manager]"
+                continue
+            if not in_manager or line.startswith(("#", ";")) or "=" not in line:
+                continue
+            key, value = (p.strip() for p in line.split("=", 1))
+            if key.startswith("DefaultLimit") and value:
+                found[key[len("DefaultLimit"):]] = value
+    return found
+
+
+def systemd_conf_texts(node: Node) -> list:
+    texts = [node.read("/etc/systemd/system.conf") or ""]
+    chosen: dict = {}
+    for directory in SYSTEMD_CONF_DIRS:  # later directories override same-named drop-ins
+        for name in node.listdir(directory):
+            if name.endswith(".conf"):
+                chosen[name] = f"{directory}/{name}"
+    texts.extend(node.read(chosen[name]) or "" for name in sorted(chosen))
+    return texts
+
+
+def parse_systemctl_show(text: str) -> dict:
+    values = {}
+    for line in text.splitlines():
+        if "=" in line:
+            key, value = line.split("=", 1)
+            values[key.strip()] = value.strip()
+    if not values:
+        raise LimitsParseError("systemctl show printed no properties")
+    return values
+
+
+def running_manager(node: Node) -> Optional[dict]:
+    """The running systemd's DefaultLimit* (soft values), None when there is no systemd to ask."""
+    if not node.is_live:
+        return None
+    argv = ["systemctl", "show"]
+    for item in SYSTEMD_ITEMS.values():
+        argv += ["-p", f"DefaultLimit{item}", "-p", f"DefaultLimit{item}Soft"]
+    out = node.run(argv, timeout_s=5.0)
+    if not out.ok:
+        return None
+    shown = parse_systemctl_show(out.stdout)
+    return {item: shown.get(f"DefaultLimit{item}Soft") or shown.get(f"DefaultLimit{item}")
+            for item in SYSTEMD_ITEMS.values()}
+
+
+def judge_systemd(key: str, expected: object, configured: object, running: object):
+    check_id = f"limits.{key}"
+    variable = f"limits_{key}"
+    observed = {"configured": show(configured)}
+    if running is not None:
+        observed["running manager"] = show(running)
+    if configured != expected and not (configured is None and running == expected):
+        return result(check_id, ROLE, Status.FAIL, expected, observed,
+                      f"system.conf(.d) sets DefaultLimit{key.split('_')[1].upper()}={show(configured)}, "
+                      f"the desired state says {expected}", variable)
+    if running is not None and running != expected:
+        return result(check_id, ROLE, Status.FAIL, expected, observed,
+                      f"configured {expected} but the running systemd uses {running}: "
+                      "run `systemctl daemon-reexec`", variable)
+    return result(check_id, ROLE, Status.PASS, expected, observed)
+
+
+def run(spec: dict, node: Node) -> list:
+    disabled = role_disabled(spec, ROLE, "limits")
+    if disabled:
+        return [disabled]
+    wanted = section(spec, ROLE)
+    nr_open = node.read_int("/proc/sys/fs/nr_open")
+    entries = [e for _, text in limits_files(node) for e in parse_limits_lines(text)]
+    users, root = effective(entries, "nobody", nr_open), effective(entries, "root", nr_open)
+    probe = login_probe(node)
+    results = []
+    for item in PAM_ITEMS:
+        if wanted.get(item) in (None, ""):
+            results.append(skip(f"limits.login.{item}", ROLE, f"limits_{item} is not set"))
+            continue
+        expected = normalize(wanted[item], item, nr_open)
+        results.append(judge_login(item, expected, users[item], root[item], probe.get(item)))
+    configured = parse_systemd_conf(systemd_conf_texts(node))
+    running = running_manager(node)
+    for key, item in SYSTEMD_ITEMS.items():
+        if wanted.get(key) in (None, ""):
+            results.append(skip(f"limits.{key}", ROLE, f"limits_{key} is not set"))
+            continue
+        expected = systemd_value(str(wanted[key]), item)
+        have = systemd_value(configured[item], item) if item in configured else None
+        live = systemd_value(running[item], item) if running and running.get(item) else None
+        results.append(judge_systemd(key, expected, have, live))
+    return results

@@ -1,0 +1,52 @@
+"""sysctl keys: /proc/sys/<key with dots as slashes> against sysctl_settings (+ extra)."""
+from __future__ import annotations
+
+from verify.checks.common import error, result, role_disabled, section, skip
+from verify.node import Node
+from verify.result import CheckResult, Status
+
+ROLE = "sysctl"
+
+
+def key_path(key: str) -> str:
+    # sysctl(8) accepts both separators; a key written with slashes keeps its dots (e.g. VLAN names).
+    relative = key if "/" in key else key.replace(".", "/")
+    return "/proc/sys/" + relative.strip("/")
+
+
+def normalize(value: object) -> str:
+    """Multi-value keys (tcp_rmem) read back tab-separated; compare words, not whitespace."""
+    return " ".join(str(value).split())
+
+
+def judge(key: str, expected: object, observed: object) -> CheckResult:
+    check_id = f"sysctl.{key}"
+    variable = f"sysctl_settings['{key}']"
+    if observed is None:
+        return error(check_id, ROLE, f"{key_path(key)} does not exist: this kernel has no key {key}", expected)
+    if normalize(observed) == normalize(expected):
+        return result(check_id, ROLE, Status.PASS, normalize(expected), normalize(observed))
+    return result(
+        check_id, ROLE, Status.FAIL, normalize(expected), normalize(observed),
+        f"{key} is {normalize(observed)}, the desired state says {normalize(expected)}", variable,
+    )
+
+
+def run(spec: dict, node: Node) -> list:
+    wanted = section(spec, ROLE)
+    disabled = role_disabled(spec, ROLE, "sysctl")
+    if disabled:
+        return [disabled]
+    settings = wanted.get("settings") or {}
+    if not isinstance(settings, dict):
+        return [error("sysctl", ROLE, "sysctl.settings in the desired state is not a mapping")]
+    skip_keys = set(wanted.get("skip_keys") or [])
+    results = []
+    for key in sorted(settings):
+        if key in skip_keys:
+            results.append(skip(f"sysctl.{key}", ROLE, f"{key} is in sysctl_skip_keys", normalize(settings[key])))
+            continue
+        results.append(judge(key, settings[key], node.read_value(key_path(key))))
+    if not results:
+        results.append(skip("sysctl", ROLE, "sysctl_settings is empty: nothing to check"))
+    return results
