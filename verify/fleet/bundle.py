@@ -1,0 +1,57 @@
+"""The verify package as one tarball for nodes: `python3 -m verify.fleet.bundle OUT.tar.gz`.
+
+A node gets verify by unpacking this next to its desired state and running `python3 -m verify`
+with PYTHONPATH pointing there, so it needs neither pip nor network access. Bytecode caches and
+editor droppings stay behind; templates/ travels too (the node's HTML report renders from it
+when jinja2 happens to be installed there).
+"""
+from __future__ import annotations
+
+import sys
+import tarfile
+from pathlib import Path
+from typing import Optional, Sequence
+
+SHIPPED = ("verify", "templates")
+SKIPPED_SUFFIXES = (".pyc", ".pyo", ".swp", "~")
+
+
+def _keep(info: tarfile.TarInfo) -> Optional[tarfile.TarInfo]:
+    if any(part == "__pycache__" for part in Path(info.name).parts) or info.name.endswith(SKIPPED_SUFFIXES):
+        return None
+    # Owner and mode of the controller's checkout mean nothing on the node.
+    info.uid = info.gid = 0
+    info.uname = info.gname = "root"
+    info.mode = 0o755 if info.isdir() else 0o644
+    return info
+
+
+def build(home: Path, out: Path) -> Path:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".part")
+    with tarfile.open(tmp, "w:gz") as archive:
+        for name in SHIPPED:
+            archive.add(str(home / name), arcname=name, filter=_keep)
+    tmp.replace(out)
+    return out
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) != 1:
+        print("usage: python3 -m verify.fleet.bundle OUT.tar.gz", file=sys.stderr)
+        return 2
+    from verify.desired import project_root
+
+    home = project_root()
+    missing = [name for name in SHIPPED if not (home / name).is_dir()]
+    if missing:
+        print(f"bundle: {home} has no {', '.join(missing)} (set TUNEFLEET_HOME to the tunefleet checkout)",
+              file=sys.stderr)
+        return 2
+    print(build(home, Path(argv[0])))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

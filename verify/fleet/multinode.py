@@ -1,0 +1,229 @@
+"""One all-reduce across every host of a fleet run, started on all hosts at once.
+
+`python3 -m verify.fleet.multinode launch ...` runs on each node (the playbook starts it on all
+hosts in parallel): it starts the chosen launcher (torchrun with a c10d rendezvous on the first
+host; mpirun or srun when the user picks them) around the `worker` mode of this module, then
+writes a crossnode result. The timing loop follows verify.bench.torch_allreduce (same sweep, same
+bus factor, slowest rank counts); the judging is verify.bench.nccl.judge with the inter-node
+threshold, so one all-reduce yardstick serves one node and many.
+
+Only the first host (node rank 0) holds the measurement and its verdict; every other host records
+that it took part, or why its ranks failed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Optional, Sequence
+
+CHECK_ID = "fleet.nccl_allreduce_multinode"
+THRESHOLD_KEY = "nccl_allreduce_internode_busbw_gbps"
+REMEDIATION = ("gpu: gpu_nccl_conf (NCCL_IB_HCA, NCCL_SOCKET_IFNAME); network: network_mtu; "
+               "check the HCAs and switch ports")
+
+
+def launcher_argv(args: argparse.Namespace) -> list:
+    """argv that starts this host's ranks; the worker is this module's `worker` mode."""
+    worker = ["-m", "verify.fleet.multinode", "worker", "--backend", args.backend, "--max-bytes", str(args.max_bytes),
+              "--min-bytes", str(args.min_bytes), "--iters", str(args.iters), "--warmup", str(args.warmup),
+              "--out", args.result_file, "--timeout-s", str(args.timeout_s)]
+    if args.launcher == "torchrun":
+        return [sys.executable, "-m", "torch.distributed.run", f"--nnodes={args.nnodes}",
+                f"--nproc-per-node={args.nproc_per_node}", f"--node-rank={args.node_rank}",
+                f"--master-addr={args.master_addr}", f"--master-port={args.master_port}", *worker]
+    if args.launcher == "mpirun":
+        # mpirun starts every rank from the first host; the others only wait for their ranks.
+        hosts = ",".join(f"{h}:{args.nproc_per_node}" for h in args.hosts)
+        return ["mpirun", "--host", hosts, "-np", str(args.nnodes * args.nproc_per_node),
+                "-x", f"MASTER_ADDR={args.master_addr}", "-x", f"MASTER_PORT={args.master_port}",
+                "-x", "PYTHONPATH", sys.executable, *worker]
+    return ["srun", f"--nodes={args.nnodes}", f"--ntasks-per-node={args.nproc_per_node}",
+            f"--export=ALL,MASTER_ADDR={args.master_addr},MASTER_PORT={args.master_port}", sys.executable, *worker]
+
+
+def rank_env() -> tuple:
+    """(rank, world, local rank) from whichever launcher started us."""
+    env = os.environ
+    launchers = (("RANK", "WORLD_SIZE", "LOCAL_RANK"),
+                 ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
+                 ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"))
+    for rank_key, world_key, local_key in launchers:
+        if rank_key in env and world_key in env:
+            return int(env[rank_key]), int(env[world_key]), int(env.get(local_key, "0"))
+    raise RuntimeError("no RANK/WORLD_SIZE in the environment: start the worker through a launcher")
+
+
+def worker(args: argparse.Namespace) -> int:
+    import time
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    from verify.bench.common import parse_size
+    from verify.bench.torch_allreduce import bus_factor, sweep
+
+    rank, world, local_rank = rank_env()
+    os.environ.setdefault("RANK", str(rank))
+    os.environ.setdefault("WORLD_SIZE", str(world))
+    if args.backend == "nccl":
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+    else:
+        device = torch.device("cpu")
+    dist.init_process_group(args.backend, init_method="env://", rank=rank, world_size=world,
+                            timeout=timedelta(seconds=args.timeout_s))
+    rows = []
+    for size in sweep(parse_size(args.min_bytes), parse_size(args.max_bytes)):
+        count = max(1, size // 4)
+        tensor = torch.zeros(count, dtype=torch.float32, device=device)
+        for _ in range(args.warmup):
+            dist.all_reduce(tensor)
+        if args.backend == "nccl":
+            torch.cuda.synchronize(device)
+        dist.barrier()
+        began = time.perf_counter()
+        for _ in range(args.iters):
+            dist.all_reduce(tensor)
+        if args.backend == "nccl":
+            torch.cuda.synchronize(device)
+        seconds = torch.tensor([(time.perf_counter() - began) / args.iters], dtype=torch.float64, device=device)
+        dist.all_reduce(seconds, op=dist.ReduceOp.MAX)
+        tensor.fill_(float(rank + 1))
+        dist.all_reduce(tensor)
+        mismatches = int((tensor != world * (world + 1) / 2.0).sum().item())
+        wrong = torch.tensor([mismatches], dtype=torch.int64, device=device)
+        dist.all_reduce(wrong)
+        algbw = count * 4 / float(seconds.item()) / 1e9
+        rows.append({"size_bytes": count * 4, "count": count, "dtype": "float", "redop": "sum",
+                     "time_us": float(seconds.item()) * 1e6, "algbw_gbps": algbw,
+                     "busbw_gbps": algbw * bus_factor(world), "wrong": int(wrong.item())})
+    if rank == 0:
+        with open(args.out, "w", encoding="utf-8") as handle:
+            json.dump({"world_size": world, "backend": args.backend, "torch": torch.__version__, "rows": rows}, handle)
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+def judge_run(payload: Optional[dict], returncode: Optional[int], output_tail: str, args: argparse.Namespace,
+              spec: Optional[dict]) -> dict:
+    """The crossnode result (a CheckResult dict) for this host."""
+    from verify.bench.common import result as bench_result
+    from verify.result import Status
+
+    expected_ranks = args.nnodes * args.nproc_per_node
+    if returncode != 0:
+        why = "timed out" if returncode is None else f"exited {returncode}"
+        return _as_fleet(bench_result(CHECK_ID, Status.ERROR, f"the {args.nnodes}-node all-reduce {why} on this host",
+                                      remediation=REMEDIATION, details={"output_tail": output_tail}))
+    if args.node_rank != 0:
+        return _as_fleet(bench_result(CHECK_ID, Status.PASS,
+                                      f"took part in the {args.nnodes}-node all-reduce judged on {args.master_addr}"))
+    if payload is None:
+        return _as_fleet(bench_result(CHECK_ID, Status.ERROR, "the all-reduce finished without a measurement",
+                                      remediation=REMEDIATION, details={"output_tail": output_tail}))
+    from verify.bench.nccl import Measurement, NcclOptions, judge
+    from verify.bench.nccl_parse import CurvePoint, NcclTransport
+
+    points = [CurvePoint(r["size_bytes"], r["count"], r["dtype"], r["redop"], r["time_us"], r["algbw_gbps"],
+                         r["busbw_gbps"], r["wrong"]) for r in payload["rows"]]
+    wrong = [p.size_bytes for p in points if p.wrong]
+    problems = [f"wrong all-reduce results at sizes {wrong[:4]}"] if wrong else []
+    measurement = Measurement("torch", points, int(payload.get("world_size", 0)), NcclTransport(), problems,
+                              {"backend": payload.get("backend"), "torch": payload.get("torch")})
+    threshold = _threshold(spec)
+    opts = NcclOptions(backend=args.backend, allow_socket=args.backend == "gloo")
+    judged = judge(measurement, expected_ranks, threshold, opts, nvls_expected=None)
+    judged.details.update({"nodes": args.nnodes, "launcher": args.launcher, "backend": args.backend,
+                           "value": judged.observed, "unit": "GB/s"})
+    return _as_fleet(judged)
+
+
+def _threshold(spec: Optional[dict]):
+    from verify.profiles import KEYS, resolve_threshold
+
+    if THRESHOLD_KEY not in KEYS:
+        return None
+    return resolve_threshold(THRESHOLD_KEY, None, spec)
+
+
+def _as_fleet(result) -> dict:
+    data = result.to_dict()
+    data["check_id"] = CHECK_ID
+    data["role"] = "fleet"
+    return data
+
+
+def launch(args: argparse.Namespace) -> int:
+    from verify.bench.common import tail
+    from verify.runner import run_command
+
+    args.result_file = os.path.abspath(args.result_file)
+    if args.nproc_per_node <= 0:
+        from verify.bench.nccl import count_gpus
+
+        args.nproc_per_node = 1 if args.backend == "gloo" else max(1, count_gpus("/"))
+    env = {"PYTHONPATH": os.pathsep.join(p for p in (os.getcwd(), os.environ.get("PYTHONPATH", "")) if p)}
+    if args.backend == "gloo" and args.ifname:
+        env["GLOO_SOCKET_IFNAME"] = args.ifname
+    if args.backend == "nccl" and args.ifname:
+        env["NCCL_SOCKET_IFNAME"] = args.ifname
+    if args.launcher == "mpirun" and args.node_rank != 0:
+        returncode, output, payload = 0, "", None  # mpirun on the first host starts these ranks
+    else:
+        out = run_command(launcher_argv(args), timeout_s=args.timeout_s, env=env)
+        returncode = None if out.timed_out else out.returncode
+        output = tail(out.stdout + out.stderr)
+        payload = _read_json(args.result_file) if args.node_rank == 0 else None
+    spec = _read_json(args.spec) if args.spec else None
+    record = judge_run(payload, returncode, output, args, spec)
+    with open(args.out, "w", encoding="utf-8") as handle:
+        json.dump([record], handle, indent=1)
+    print(f"{record['status']}: {record['reason']}")
+    return 0
+
+
+def _read_json(path: str) -> Optional[dict]:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python3 -m verify.fleet.multinode")
+    sub = parser.add_subparsers(dest="mode", required=True)
+    for name in ("launch", "worker"):
+        p = sub.add_parser(name)
+        p.add_argument("--backend", choices=("nccl", "gloo"), default="nccl")
+        p.add_argument("--min-bytes", default="1M")
+        p.add_argument("--max-bytes", default="1G")
+        p.add_argument("--iters", type=int, default=20)
+        p.add_argument("--warmup", type=int, default=5)
+        p.add_argument("--timeout-s", type=int, default=600)
+        p.add_argument("--out", required=True, help="launch: crossnode result file; worker: measurement file")
+    launch_p = sub.choices["launch"]
+    launch_p.add_argument("--launcher", choices=("torchrun", "mpirun", "srun"), default="torchrun")
+    launch_p.add_argument("--nnodes", type=int, required=True)
+    launch_p.add_argument("--node-rank", type=int, required=True)
+    launch_p.add_argument("--nproc-per-node", type=int, default=0, help="0: one per GPU (one for gloo)")
+    launch_p.add_argument("--master-addr", required=True)
+    launch_p.add_argument("--master-port", type=int, default=29531)
+    launch_p.add_argument("--hosts", type=lambda s: [h for h in s.split(",") if h], default=[])
+    launch_p.add_argument("--ifname", default="", help="interface for the rendezvous and gloo/NCCL sockets")
+    launch_p.add_argument("--spec", default="", help="desired state (for verify_thresholds)")
+    launch_p.add_argument("--result-file", default="allreduce-measurement.json")
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    return launch(args) if args.mode == "launch" else worker(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,218 @@
+"""`tunefleet report DIR`: the fleet report (JSON, JUnit, Markdown, self-contained HTML) from saved node reports."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Optional
+from xml.sax.saxutils import escape as xml_escape
+from xml.sax.saxutils import quoteattr
+
+from verify import __version__
+from verify.fleet import plots
+from verify.fleet.model import load_fleet_dir
+from verify.fleet.summary import FleetSummary, build_summary
+from verify.result import Status
+
+SCHEMA = "tunefleet.fleet_report/v1"
+FORMATS = ("json", "md", "html", "junit")
+OUTPUT_NAMES = {"json": "fleet_report.json", "md": "fleet_report.md", "html": "fleet_report.html",
+                "junit": "fleet_report.junit.xml"}
+# The HTML matrix shows every host with a problem and at most this many all-clear hosts;
+# the JSON always has them all.
+HTML_CLEAN_HOSTS = 200
+HTML_MAX_COLUMNS = 60
+
+
+def main(args) -> int:
+    formats = [f.strip() for f in str(args.format).split(",") if f.strip()]
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown:
+        print(f"tunefleet report: unknown format(s) {', '.join(unknown)}; choose from {', '.join(FORMATS)}",
+              file=sys.stderr)
+        return 2
+    try:
+        nodes, errors = load_fleet_dir(args.directory)
+    except FileNotFoundError as exc:
+        print(f"tunefleet report: {exc}", file=sys.stderr)
+        return 2
+    for error in errors:
+        print(f"tunefleet report: {error.path}: {error.message}", file=sys.stderr)
+    if not nodes:
+        print(f"tunefleet report: no readable node report under {args.directory}", file=sys.stderr)
+        return 2
+    summary = build_summary(nodes, errors)
+    out_dir = Path(args.out or args.directory)
+    written = write_reports(summary, out_dir, formats, title=f"tunefleet fleet report: {Path(args.directory).name}")
+    print(terminal_summary(summary))
+    for path in written:
+        print(f"wrote {path}")
+    return summary.exit_code()
+
+
+def write_reports(summary: FleetSummary, out_dir: Path, formats, title: str = "tunefleet fleet report") -> list:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    renderers = {"json": lambda: json.dumps(to_json(summary), indent=1, default=str),
+                 "md": lambda: to_markdown(summary, title), "html": lambda: to_html(summary, title),
+                 "junit": lambda: to_junit(summary)}
+    written = []
+    for fmt in formats:
+        path = out_dir / OUTPUT_NAMES[fmt]
+        _write_atomically(path, renderers[fmt]())
+        written.append(path)
+    return written
+
+
+def to_json(summary: FleetSummary) -> dict:
+    return {
+        "schema": SCHEMA,
+        "generated_at": _now(),
+        "tool_version": __version__,
+        "hosts_by_worst_status": summary.host_counts,
+        "bad_hosts": summary.bad_hosts,
+        "checks": summary.check_ids,
+        "hosts": [
+            {"host": row.host, "worst": row.worst, "counts": row.counts, "source": row.source,
+             "problems": [r.to_dict() for r in row.problems], "statuses": row.statuses}
+            for row in summary.rows
+        ],
+        "outliers": [o.to_dict() for o in summary.outliers],
+        "version_drift": [d.to_dict() for d in summary.drift],
+        "load_errors": [e.to_dict() for e in summary.load_errors],
+    }
+
+
+def to_junit(summary: FleetSummary) -> str:
+    lines = ['<?xml version="1.0" encoding="UTF-8"?>']
+    total = sum(len(row.statuses) for row in summary.rows) + len(summary.load_errors)
+    failures = sum(row.counts["FAIL"] for row in summary.rows)
+    errors = sum(row.counts["ERROR"] for row in summary.rows) + len(summary.load_errors)
+    lines.append(f'<testsuites name="tunefleet fleet" tests="{total}" failures="{failures}" errors="{errors}">')
+    for row in summary.rows:
+        problems = {r.check_id: r for r in row.problems}
+        lines.append(f'<testsuite name={quoteattr(row.host)} tests="{len(row.statuses)}" '
+                     f'failures="{row.counts["FAIL"]}" errors="{row.counts["ERROR"]}" skipped="{row.counts["SKIP"]}">')
+        for check_id, status in row.statuses.items():
+            lines.append(_junit_case(row.host, check_id, status, problems.get(check_id)))
+        lines.append("</testsuite>")
+    if summary.load_errors:
+        lines.append(f'<testsuite name="node reports" tests="{len(summary.load_errors)}" failures="0" '
+                     f'errors="{len(summary.load_errors)}">')
+        for e in summary.load_errors:
+            lines.append(f'<testcase classname="load" name={quoteattr(e.path)}>'
+                         f'<error message={quoteattr(e.message)}/></testcase>')
+        lines.append("</testsuite>")
+    lines.append("</testsuites>")
+    return "\n".join(lines) + "\n"
+
+
+def _junit_case(host: str, check_id: str, status: str, problem) -> str:
+    head = f'<testcase classname={quoteattr(host)} name={quoteattr(check_id)}'
+    if status == Status.PASS.value:
+        return head + "/>"
+    if status == Status.SKIP.value:
+        return head + "><skipped/></testcase>"
+    reason = problem.reason if problem else status
+    body = ""
+    if problem:
+        body = xml_escape(f"expected: {problem.expected}\nobserved: {problem.observed}\nfix: {problem.remediation}")
+    tag = {"FAIL": "failure", "ERROR": "error"}.get(status)
+    if tag is None:  # WARN: passes in CI, but the reason stays visible in the output
+        return head + f"><system-out>{xml_escape('WARN: ' + reason)}</system-out></testcase>"
+    return head + f"><{tag} message={quoteattr(reason)}>{body}</{tag}></testcase>"
+
+
+def to_markdown(summary: FleetSummary, title: str) -> str:
+    counts = summary.host_counts
+    out = [f"# {title}", "",
+           f"{len(summary.rows)} hosts: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n), ""]
+    if summary.load_errors:
+        out += ["## Unreadable node reports", ""]
+        out += [f"- `{e.path}`: {e.message}" for e in summary.load_errors] + [""]
+    problem_rows = [row for row in summary.rows if row.problems]
+    if problem_rows:
+        out += ["## Problems, failures first", "", "| host | status | check | reason | fix |", "| --- " * 5 + "|"]
+        for row in problem_rows:
+            for r in row.problems:
+                reason, fix = _md(r.reason), _md(r.remediation)
+                out.append(f"| {row.host} | {r.status.value} | `{r.check_id}` | {reason} | {fix} |")
+        out.append("")
+    if summary.outliers:
+        out += ["## Outliers against the fleet (median/MAD)", ""]
+        out += [f"- **{o.host}**: {o.reason()}" for o in summary.outliers] + [""]
+    if summary.drift:
+        out += ["## Versions that differ from the majority", ""]
+        out += [f"- **{d.host}**: {d.reason()}" for d in summary.drift] + [""]
+    clean = [row.host for row in summary.rows if not row.problems]
+    if clean:
+        shown = ", ".join(clean[:50]) + (f" and {len(clean) - 50} more" if len(clean) > 50 else "")
+        out += [f"All checks passed or skipped on {len(clean)} hosts: {shown}", ""]
+    return "\n".join(out)
+
+
+def to_html(summary: FleetSummary, title: str) -> str:
+    import jinja2  # controller-side only
+
+    from verify.desired import project_root
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(project_root() / "templates")),
+                             autoescape=True, undefined=jinja2.StrictUndefined)
+    problem_rows = [row for row in summary.rows if row.problems]
+    clean_rows = [row for row in summary.rows if not row.problems]
+    shown_rows = problem_rows + clean_rows[:HTML_CLEAN_HOSTS]
+    return env.get_template("fleet_report.html.j2").render(
+        title=title, generated_at=_now(), version=__version__, summary=summary,
+        matrix_rows=shown_rows, hidden_clean=len(clean_rows) - min(len(clean_rows), HTML_CLEAN_HOSTS),
+        columns=summary.check_ids[:HTML_MAX_COLUMNS], hidden_columns=max(0, len(summary.check_ids) - HTML_MAX_COLUMNS),
+        plots=_html_plots(summary),
+    )
+
+
+def _html_plots(summary: FleetSummary) -> list:
+    flagged = frozenset(o.host for o in summary.outliers)
+    svgs = []
+    for check_id, curves in sorted(summary.curves.items()):
+        svgs.append(plots.busbw_curves(curves, f"{check_id}: busbw by message size", flagged))
+    for metric, (values, _, unit) in sorted(summary.metrics.items()):
+        svgs.append(plots.distribution(values, f"{metric} across the fleet", unit,
+                                       frozenset(o.host for o in summary.outliers if o.metric == metric)))
+    return [svg for svg in svgs if svg]
+
+
+def terminal_summary(summary: FleetSummary) -> str:
+    counts = summary.host_counts
+    lines = [f"{len(summary.rows)} hosts: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n)]
+    for row in summary.rows:
+        if row.worst not in (Status.FAIL.value, Status.ERROR.value, Status.WARN.value):
+            break
+        first = row.problems[0] if row.problems else None
+        more = f" (+{len(row.problems) - 1} more)" if len(row.problems) > 1 else ""
+        if first:
+            lines.append(f"  {row.worst:5} {row.host}: {first.check_id}: {first.reason}{more}")
+    if summary.load_errors:
+        lines.append(f"  {len(summary.load_errors)} node report(s) could not be read")
+    return "\n".join(lines)
+
+
+def _md(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def build_from_dir(directory: str, out: Optional[str] = None, formats=FORMATS) -> FleetSummary:
+    """For callers (the fleet run, the scale benchmark) that want the summary object back."""
+    nodes, errors = load_fleet_dir(directory)
+    summary = build_summary(nodes, errors)
+    write_reports(summary, Path(out or directory), formats)
+    return summary

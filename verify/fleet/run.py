@@ -1,0 +1,119 @@
+"""`tunefleet verify -i INVENTORY [--limit PATTERN]`: playbooks/verify.yml through ansible-runner.
+
+Progress is printed per host as Ansible's events arrive (a 64-node run should not look frozen for
+minutes), and at the end the fleet report's summary: which hosts are bad and why.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+PLAYBOOK = "playbooks/verify.yml"
+# Events worth a line: a task finishing on a host, or a host dropping out.
+EVENT_WORDS = {"runner_on_ok": "ok", "runner_on_failed": "FAILED", "runner_on_unreachable": "UNREACHABLE",
+               "runner_on_skipped": "skipped", "runner_item_on_failed": "FAILED"}
+
+
+class Progress:
+    """Turns ansible-runner events into one line per host and task; counts per host."""
+
+    def __init__(self, write: Callable[[str], None] = print, verbose: bool = False) -> None:
+        self.write = write
+        self.verbose = verbose
+        self.done: dict = {}
+        self.failed: dict = {}
+        self.unreachable: set = set()
+
+    def __call__(self, event: dict) -> bool:
+        kind = event.get("event", "")
+        data = event.get("event_data") or {}
+        if kind == "playbook_on_play_start":
+            self.write(f"== {data.get('play', '')}")
+        if kind not in EVENT_WORDS:
+            return True
+        host = data.get("host") or data.get("remote_addr") or "?"
+        task = data.get("task", "")
+        self.done[host] = self.done.get(host, 0) + 1
+        word = EVENT_WORDS[kind]
+        if kind == "runner_on_unreachable":
+            self.unreachable.add(host)
+        if word in ("FAILED", "UNREACHABLE"):
+            message = _message(data.get("res") or {})
+            self.failed.setdefault(host, []).append(f"{task}: {message}")
+            self.write(f"  {host:24} {word:11} {task}: {message}")
+        elif self.verbose or word == "ok":
+            self.write(f"  {host:24} {word:11} {task}")
+        return True
+
+
+def _message(res: dict) -> str:
+    text = res.get("msg") or res.get("stderr") or res.get("module_stderr") or ""
+    return str(text).strip().splitlines()[-1][:200] if str(text).strip() else "(no message)"
+
+
+def runner_kwargs(args, home: Path, run_dir: Path, work: str, progress: Progress) -> dict:
+    env = {"ANSIBLE_CONFIG": str(home / "ansible.cfg"), "ANSIBLE_ROLES_PATH": str(home / "roles"),
+           "TUNEFLEET_HOME": str(home), "PYTHONPATH": str(home), "ANSIBLE_FORCE_COLOR": "0"}
+    kwargs = {
+        "private_data_dir": work,
+        "playbook": str(home / PLAYBOOK),
+        "inventory": os.path.abspath(args.inventory),
+        "extravars": {"verify_report_dir": str(run_dir.parent), "verify_run_id": run_dir.name},
+        "envvars": env,
+        "event_handler": progress,
+        "quiet": True,
+        "project_dir": str(home),
+    }
+    if args.limit:
+        kwargs["limit"] = args.limit
+    return kwargs
+
+
+def main(args) -> int:
+    try:
+        import ansible_runner
+    except ImportError:
+        print("tunefleet verify -i needs ansible-runner on the controller (pip install ansible-runner)",
+              file=sys.stderr)
+        return 2
+    from verify.desired import project_root
+
+    if not os.path.exists(args.inventory):
+        print(f"tunefleet verify: inventory {args.inventory} does not exist", file=sys.stderr)
+        return 2
+    home = project_root()
+    run_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    run_dir = Path(os.path.abspath(args.out)) / run_id
+    progress = Progress(verbose=not args.quiet)
+    with tempfile.TemporaryDirectory(prefix="tunefleet-runner-") as work:
+        outcome = ansible_runner.run(**runner_kwargs(args, home, run_dir, work, progress))
+    return finish(outcome.rc, outcome.status, run_dir, progress)
+
+
+def finish(rc: int, status: str, run_dir: Path, progress: Progress, write: Callable[[str], None] = print) -> int:
+    """Exit code of a fleet run: the fleet report's, unless Ansible itself could not finish."""
+    report = run_dir / "fleet_report.json"
+    if not report.is_file():
+        write(f"tunefleet verify: the playbook ended {status} (rc {rc}) before the fleet report was written")
+        for host, problems in sorted(progress.failed.items()):
+            write(f"  {host}: {problems[-1]}")
+        return 2
+    data = json.loads(report.read_text(encoding="utf-8"))
+    write(f"reports: {run_dir}")
+    for host in sorted(progress.unreachable):
+        write(f"  UNREACHABLE {host}: no report from this host")
+    for entry in data["hosts"]:
+        if entry["worst"] in ("FAIL", "ERROR") and entry["problems"]:
+            first = entry["problems"][0]
+            write(f"  {entry['worst']:5} {entry['host']}: {first['check_id']}: {first['reason']}")
+    if data["bad_hosts"]:
+        return 1
+    # A host that never reported, or a task Ansible could not finish, is "could not check".
+    if progress.unreachable or rc not in (0, None) or data["load_errors"]:
+        return 2
+    return 0

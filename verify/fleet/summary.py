@@ -1,0 +1,133 @@
+"""The fleet model: every host's results, plus what only the fleet can see (outliers, version drift).
+
+Built once from the saved node reports; every output format (JSON, JUnit, Markdown, HTML) renders
+this one object, so they cannot disagree.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from verify.fleet import outliers as outlier_maths
+from verify.fleet.model import NodeReport
+from verify.result import STATUS_ORDER, CheckResult, Status
+
+# An outlier this far below the fleet median is a failure, not just a warning.
+OUTLIER_FAIL_RATIO = 0.8
+NOT_CLEAN = frozenset({Status.FAIL.value, Status.ERROR.value, Status.WARN.value})
+STATUSES = [s.value for s in sorted(Status, key=lambda s: STATUS_ORDER[s])]
+
+
+@dataclass
+class HostRow:
+    host: str
+    worst: str
+    counts: dict
+    statuses: dict  # check_id -> status value
+    problems: list  # CheckResult, failures first
+    source: str = ""
+
+
+@dataclass
+class FleetSummary:
+    rows: list  # HostRow, failures first
+    check_ids: list  # columns, the most failing first
+    outliers: list
+    drift: list
+    load_errors: list
+    metrics: dict = field(default_factory=dict)  # check_id -> (host -> value, higher_is_better, unit)
+    curves: dict = field(default_factory=dict)  # check_id -> host -> [(size, busbw)]
+
+    @property
+    def host_counts(self) -> dict:
+        tally = dict.fromkeys(STATUSES, 0)
+        for row in self.rows:
+            tally[row.worst] += 1
+        return tally
+
+    @property
+    def bad_hosts(self) -> list:
+        return [row.host for row in self.rows if row.worst in (Status.FAIL.value, Status.ERROR.value)]
+
+    def exit_code(self) -> int:
+        """1 if any host failed, else 2 if anything could not be checked or read, else 0."""
+        worst = {row.worst for row in self.rows}
+        if Status.FAIL.value in worst:
+            return 1
+        if Status.ERROR.value in worst or self.load_errors:
+            return 2
+        return 0
+
+
+def build_summary(nodes: list, load_errors: list) -> FleetSummary:
+    metrics = outlier_maths.metric_values(nodes)
+    found_outliers = outlier_maths.fleet_outliers(metrics)
+    drift = outlier_maths.version_drift(nodes)
+    fleet_findings = _fleet_findings(found_outliers, drift)
+    rows = [_host_row(node, fleet_findings.get(node.host, [])) for node in nodes]
+    rows.sort(key=lambda r: (STATUS_ORDER[Status(r.worst)], -len(r.problems), r.host))
+    return FleetSummary(
+        rows=rows,
+        check_ids=_columns(rows),
+        outliers=found_outliers,
+        drift=drift,
+        load_errors=load_errors,
+        metrics=metrics,
+        curves=_curves(nodes),
+    )
+
+
+def _fleet_findings(found_outliers: list, drift: list) -> dict:
+    """Outliers and drift as results on the host they accuse, so the matrix shows them."""
+    findings: dict = {}
+    for o in found_outliers:
+        status = Status.FAIL if o.fleet_median and o.relative < OUTLIER_FAIL_RATIO else Status.WARN
+        findings.setdefault(o.host, []).append(CheckResult(
+            check_id=f"fleet.outlier.{o.metric}", role="fleet", status=status,
+            expected=f"near the fleet median {o.fleet_median:g}", observed=o.value, reason=o.reason(),
+            remediation="compare this host's tuning and hardware with a median host; re-run the benchmark",
+            details=o.to_dict(),
+        ))
+    for d in drift:
+        findings.setdefault(d.host, []).append(CheckResult(
+            check_id=f"fleet.version.{d.key}", role="fleet", status=Status.WARN,
+            expected=d.majority, observed=d.value, reason=d.reason(),
+            remediation="align this host's driver/firmware/library version with the rest of the fleet",
+            details=d.to_dict(),
+        ))
+    return findings
+
+
+def _host_row(node: NodeReport, extra: list) -> HostRow:
+    results = list(node.results) + extra
+    statuses = {}
+    counts = dict.fromkeys(STATUSES, 0)
+    problems = []
+    for r in results:
+        statuses[r.check_id] = r.status.value
+        counts[r.status.value] += 1
+        if r.status not in (Status.PASS, Status.SKIP):
+            problems.append(r)
+    problems.sort(key=lambda r: (STATUS_ORDER[r.status], r.check_id))
+    worst_status = min((r.status for r in results), key=lambda s: STATUS_ORDER[s]) if results else Status.SKIP
+    worst = worst_status.value
+    return HostRow(node.host, worst, counts, statuses, problems, node.source)
+
+
+def _columns(rows: list) -> list:
+    bad: dict = {}
+    for row in rows:
+        for check_id, status in row.statuses.items():
+            bad[check_id] = bad.get(check_id, 0) + (status in NOT_CLEAN)
+    return sorted(bad, key=lambda c: (-bad[c], c))
+
+
+def _curves(nodes: list) -> dict:
+    from verify.fleet.plots import curve_points
+
+    curves: dict = {}
+    for node in nodes:
+        for r in node.results:
+            points = curve_points(r.details)
+            if points:
+                curves.setdefault(r.check_id, {})[node.host] = points
+    return curves
