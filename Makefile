@@ -58,7 +58,7 @@ pytest: $(STAMP)
 	$(BIN)/pytest -q tests
 
 molecule: $(STAMP)
-	for s in $(SCENARIOS); do $(BIN)/molecule test -s $$s; done
+	PYTHON=$(BIN)/python molecule/run.sh $(SCENARIOS)
 
 collection: $(STAMP)
 	$(BIN)/ansible-galaxy collection build --force --output-path build .

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# `make molecule`: build the base image once, run every scenario (or the ones named), time
+# each, and prove the CI machine ends as it started. The containers are privileged and some
+# kernel knobs are host-wide (vm.*, huge pages, THP, a loop device's queue): a scenario that
+# forgot to put one back fails the run here even when all its own steps were green.
+#
+# usage: molecule/run.sh [SCENARIO...]     (run from anywhere; needs the project venv on PATH)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+export CONTAINERS_CONF="${CONTAINERS_CONF:-$PWD/molecule/containers.conf}"
+python="${PYTHON:-python3}"
+state="molecule/shared/files/node_state.py"
+
+if [ "$#" -gt 0 ]; then
+    scenarios=("$@")
+else
+    mapfile -t scenarios < <(find molecule -mindepth 2 -maxdepth 2 -name molecule.yml -printf '%h\n' \
+        | xargs -n1 basename | sort)
+fi
+
+molecule/image/build.sh || exit 1
+
+# A loop device left attached by an interrupted earlier run would keep its backing file alive.
+losetup --associated /var/tmp/tunefleet-molecule-loop.img 2>/dev/null | cut -d: -f1 | while read -r dev; do
+    echo "molecule: detaching $dev left over from an interrupted run"
+    losetup --detach "$dev"
+done
+
+host_before="$(mktemp "${TMPDIR:-/tmp}/tunefleet-host-before.XXXXXX.json")"
+trap 'rm -f "$host_before"' EXIT
+"$python" "$state" save "$host_before" --host >/dev/null || exit 1
+
+failed=()
+timings=()
+total_start=$SECONDS
+for scenario in "${scenarios[@]}"; do
+    start=$SECONDS
+    if ! molecule test --scenario-name "$scenario"; then
+        failed+=("$scenario")
+    fi
+    timings+=("$scenario: $((SECONDS - start)) s")
+done
+
+echo "== molecule: the CI machine's host-wide state against its snapshot from before the run"
+if ! "$python" "$state" compare "$host_before"; then
+    failed+=("host state (see the differences above)")
+fi
+
+echo "== molecule timings (total $((SECONDS - total_start)) s)"
+printf '   %s\n' "${timings[@]}"
+if [ "${#failed[@]}" -gt 0 ]; then
+    printf 'molecule FAILED: %s\n' "${failed[@]}"
+    exit 1
+fi
+echo "molecule: all scenarios green, CI machine unchanged"
