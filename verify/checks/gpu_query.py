@@ -12,6 +12,7 @@ from verify.node import Node
 
 SMI_FIELDS = "index,pci.bus_id,name,persistence_mode,driver_version,memory.total"
 SMI_ARGV = ["nvidia-smi", f"--query-gpu={SMI_FIELDS}", "--format=csv,noheader,nounits"]
+NO_DRIVER = "no NVIDIA driver loaded (/proc/driver/nvidia/version absent)"
 _DRIVER_BANNER = re.compile(r"NVRM version:\s+(.*?)\s+(\d+\.\d+(?:\.\d+)?)\s")
 
 
@@ -92,7 +93,8 @@ def _from_nvml() -> Optional[GpuInventory]:
     try:
         driver = pynvml.nvmlSystemGetDriverVersion()
         cuda = pynvml.nvmlSystemGetCudaDriverVersion_v2()
-        inventory = GpuInventory("nvml", driver_version=_text(driver), cuda_driver_version=f"{cuda // 1000}.{cuda % 1000 // 10}")
+        inventory = GpuInventory("nvml", driver_version=_text(driver),
+                                 cuda_driver_version=f"{cuda // 1000}.{cuda % 1000 // 10}")
         for index in range(pynvml.nvmlDeviceGetCount()):
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
             try:
@@ -127,7 +129,7 @@ def query_gpus(node: Node) -> GpuInventory:
     if "gpus" in node.memo:
         return node.memo["gpus"]
     if not node.exists("/proc/driver/nvidia/version"):
-        inventory = GpuInventory("none", unavailable_reason="no NVIDIA driver loaded (/proc/driver/nvidia/version absent)")
+        inventory = GpuInventory("none", unavailable_reason=NO_DRIVER)
     elif not node.is_live:
         inventory = GpuInventory("none", unavailable_reason="GPU state is read on the live node only (--root is set)")
     else:

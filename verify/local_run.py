@@ -1,0 +1,144 @@
+"""`tunefleet verify --local` (check this node, write its reports) and `tunefleet spec`.
+
+The desired state comes from `--spec FILE`, or is rendered from the role defaults plus `--vars`
+files plus a hardware profile's "vars" (`--profile NAME`), the same way playbooks/verify.yml does.
+"""
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import time
+from typing import Optional
+
+from verify.desired import SpecError, load_spec_file, load_vars_file, render_spec
+from verify.node import Node, gather_facts
+from verify.result import CheckResult, Status, exit_code
+
+EXIT_BAD_INPUT = 2
+
+
+class UsageError(ValueError):
+    """Bad command-line input; the message names it."""
+
+
+def load_named_profile(name: str) -> dict:
+    try:
+        from verify.profiles import load_profile
+    except ImportError as exc:
+        raise UsageError(f"--profile {name}: verify.profiles is not available ({exc})") from None
+    try:
+        return load_profile(name)
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"--profile {name}: {exc}") from None
+
+
+def build_spec(spec_file: Optional[str], profile: Optional[str], vars_files: list, host: str) -> dict:
+    """One desired state: a rendered file, or role defaults < profile vars < --vars files."""
+    if spec_file:
+        if vars_files:
+            raise UsageError("--vars cannot be combined with --spec (the file is already rendered)")
+        return load_spec_file(spec_file)
+    overrides: dict = {}
+    if profile:
+        profile_vars = load_named_profile(profile).get("vars") or {}
+        if not isinstance(profile_vars, dict):
+            raise UsageError(f"--profile {profile}: its 'vars' must be a mapping of role variables")
+        overrides.update(profile_vars)
+    for path in vars_files:
+        overrides.update(load_vars_file(path))
+    if profile:
+        overrides["verify_profile"] = profile
+    return render_spec(overrides, hostname=host)
+
+
+def parse_formats(text: str) -> list:
+    from verify.report import WRITERS
+
+    formats = [f.strip() for f in (text or "").split(",") if f.strip()]
+    unknown = [f for f in formats if f not in WRITERS]
+    if unknown:
+        raise UsageError(f"--format: unknown format(s) {', '.join(unknown)}; known: {', '.join(WRITERS)}")
+    return formats
+
+
+def bench_profile(spec: dict, facts: dict) -> Optional[dict]:
+    name = (spec.get("verify") or {}).get("profile")
+    if not name:
+        return None
+    import verify.profiles as profiles
+
+    if name == "auto":
+        pick = getattr(profiles, "pick_profile", None)
+        return pick(facts) if pick else None
+    return load_named_profile(name)
+
+
+def run_benchmarks(spec: dict, node: Node, facts: dict, names: Optional[list]) -> list:
+    """verify.bench is imported only here, and its absence is a SKIP, not a failure of the run."""
+    if not node.is_live:
+        return [CheckResult("bench", "verify", Status.SKIP, reason="benchmarks run on the live node only (--root)")]
+    try:
+        from verify.bench import run_benchmarks as bench
+    except ImportError as exc:
+        return [CheckResult("bench", "verify", Status.SKIP, reason=f"verify.bench is not available ({exc})")]
+    try:
+        profile = bench_profile(spec, facts)
+    except (UsageError, ValueError, ImportError) as exc:
+        return [CheckResult("bench", "verify", Status.ERROR, reason=f"hardware profile: {exc}")]
+    return bench(spec, profile, node, names)
+
+
+def verify_node(spec: dict, node: Node, bench: bool = True, bench_names: Optional[list] = None) -> dict:
+    """Facts, config checks and (optionally) benchmarks for one node: the report document."""
+    from verify.checks import run_checks
+    from verify.report import build_report, utc_now
+
+    started, start = utc_now(), time.perf_counter()
+    timings: dict = {}
+    results = run_checks(spec, node, timings=timings)
+    checks_s = time.perf_counter() - start
+    facts = gather_facts(node)
+    if bench and (bench_names or (spec.get("verify") or {}).get("benchmarks")):
+        results += run_benchmarks(spec, node, facts, bench_names)
+    run = {
+        "started_at": started,
+        "duration_s": round(time.perf_counter() - start, 3),
+        "config_checks_s": round(checks_s, 4),
+        "check_timings_s": timings,
+        "root": node.root,
+        "benchmarks": bool(bench),
+        "command": "tunefleet " + " ".join(sys.argv[1:]) if sys.argv else "",
+    }
+    return build_report(spec, facts, results, run)
+
+
+def main(args) -> int:
+    from verify.report import terminal, write_reports
+
+    try:
+        formats = parse_formats(args.format)
+        spec = build_spec(args.spec, args.profile, args.vars, socket.gethostname())
+    except (UsageError, SpecError) as exc:
+        print(f"tunefleet verify: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    names = [n.strip() for n in args.bench.split(",") if n.strip()] if args.bench else None
+    report = verify_node(spec, Node(root=args.root), bench=not args.no_bench, bench_names=names)
+    written, skipped = write_reports(report, formats, args.out)
+    if not args.quiet:
+        sys.stdout.write(terminal.render(report, colour=sys.stdout.isatty()))
+    for message in skipped:
+        print(f"tunefleet verify: {message}", file=sys.stderr)
+    if not args.quiet and written:
+        print(f"reports: {', '.join(written)}")
+    return exit_code(CheckResult.from_dict(r) for r in report["results"])
+
+
+def spec_main(args) -> int:
+    try:
+        spec = build_spec(None, args.profile, args.vars, args.host)
+    except (UsageError, SpecError) as exc:
+        print(f"tunefleet spec: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    sys.stdout.write(json.dumps(spec, indent=2) + "\n")
+    return 0

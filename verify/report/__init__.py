@@ -1,0 +1,109 @@
+"""Per-node reports. `build_report` makes the one document (schema tunefleet.node_report/v1) that every
+format is rendered from, so a report saved as JSON can be re-rendered later (the fleet does this).
+"""
+from __future__ import annotations
+
+import datetime
+import importlib
+import os
+import tempfile
+from typing import Optional
+
+from verify.result import CheckResult, counts, exit_code, sort_for_people
+
+SCHEMA = "tunefleet.node_report/v1"
+# format -> (module, file name); jinja2 is needed by html only.
+WRITERS = {
+    "json": ("verify.report.json_report", "report.json"),
+    "md": ("verify.report.markdown", "report.md"),
+    "html": ("verify.report.html", "report.html"),
+    "junit": ("verify.report.junit", "report.junit.xml"),
+    "prom": ("verify.report.prometheus", "tunefleet.prom"),
+}
+
+
+class FormatUnavailable(RuntimeError):
+    """A format cannot be produced on this machine (e.g. HTML without jinja2); the message says why."""
+
+
+def utc_now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()
+
+
+def build_report(spec: dict, facts: dict, results: list, run: dict) -> dict:
+    return {
+        "schema": SCHEMA,
+        "host": facts.get("host") or spec.get("host") or "unknown",
+        "generated_at": utc_now(),
+        "run": run,
+        "profile": (spec.get("verify") or {}).get("profile"),
+        "summary": {"counts": counts(results), "exit_code": exit_code(results), "total": len(results)},
+        "facts": facts,
+        "desired_state": spec,
+        "results": [r.to_dict() for r in results],
+    }
+
+
+def results_of(report: dict) -> list:
+    return [CheckResult.from_dict(r) for r in report.get("results", [])]
+
+
+def for_people(report: dict) -> list:
+    """Results failures first, as every human-facing format lists them."""
+    return sort_for_people(results_of(report))
+
+
+def render(report: dict, fmt: str) -> str:
+    if fmt not in WRITERS:
+        raise ValueError(f"unknown report format {fmt!r}; known: {', '.join(WRITERS)}")
+    return importlib.import_module(WRITERS[fmt][0]).render(report)
+
+
+def write_atomic(path: str, text: str) -> None:
+    """node_exporter (and people) may read while we write: write a temp file, then rename it over."""
+    directory = os.path.dirname(os.path.abspath(path))
+    handle, temp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.chmod(temp, 0o644)
+        os.replace(temp, path)
+    except BaseException:
+        if os.path.exists(temp):
+            os.unlink(temp)
+        raise
+
+
+def write_reports(report: dict, formats: list, out_dir: str) -> tuple:
+    """(paths written, one message per format skipped). Unknown formats raise ValueError first."""
+    unknown = [f for f in formats if f not in WRITERS]
+    if unknown:
+        raise ValueError(f"unknown report format(s) {', '.join(unknown)}; known: {', '.join(WRITERS)}")
+    os.makedirs(out_dir, exist_ok=True)
+    written, skipped = [], []
+    for fmt in formats:
+        try:
+            text = render(report, fmt)
+        except FormatUnavailable as exc:
+            skipped.append(f"{fmt}: skipped, {exc}")
+            continue
+        path = os.path.join(out_dir, WRITERS[fmt][1])
+        write_atomic(path, text)
+        written.append(path)
+    return written, skipped
+
+
+def one_line(value: object, limit: Optional[int] = None) -> str:
+    """expected/observed values as short text for tables."""
+    if value is None:
+        text = ""
+    elif isinstance(value, dict):
+        text = ", ".join(f"{k}: {v}" for k, v in value.items())
+    elif isinstance(value, (list, tuple)):
+        text = ", ".join(str(v) for v in value)
+    else:
+        text = str(value)
+    text = " ".join(text.split())
+    if limit and len(text) > limit:
+        text = text[: limit - 1] + "…"
+    return text

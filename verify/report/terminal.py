@@ -1,0 +1,33 @@
+"""The summary table printed after a local run: failures first, one line per result."""
+from __future__ import annotations
+
+import shutil
+
+from verify.report import for_people, one_line
+
+COLOURS = {"FAIL": "\033[31m", "ERROR": "\033[35m", "WARN": "\033[33m", "SKIP": "\033[2m", "PASS": "\033[32m"}
+RESET = "\033[0m"
+
+
+def render(report: dict, width: int = 0, colour: bool = False) -> str:
+    width = width or shutil.get_terminal_size((120, 24)).columns
+    results = for_people(report)
+    check_width = min(max((len(r.check_id) for r in results), default=5), 44)
+    value_width = 18
+    fixed = 6 + 1 + check_width + 1 + value_width * 2 + 2
+    reason_width = max(width - fixed - 1, 20)
+    header = f"{'STATUS':<6} {'CHECK':<{check_width}} {'EXPECTED':<{value_width}} {'OBSERVED':<{value_width}} REASON"
+    lines = [header, "-" * min(width, len(header) + reason_width)]
+    for r in results:
+        status = f"{r.status.value:<6}"
+        if colour:
+            status = f"{COLOURS[r.status.value]}{status}{RESET}"
+        lines.append(
+            f"{status} {one_line(r.check_id, check_width):<{check_width}} "
+            f"{one_line(r.expected, value_width):<{value_width}} {one_line(r.observed, value_width):<{value_width}} "
+            f"{one_line(r.reason or r.remediation, reason_width)}"
+        )
+    summary = report["summary"]
+    tally = "  ".join(f"{status} {count}" for status, count in summary["counts"].items())
+    lines += ["", f"{report['host']}: {tally}  (exit code {summary['exit_code']})"]
+    return "\n".join(lines) + "\n"
