@@ -1,0 +1,55 @@
+# Copyright: tunefleet developers
+# Apache License 2.0 (see LICENSE)
+"""Filters for the sysctl role: key -> /proc/sys path, value validation, the effective settings."""
+from __future__ import annotations
+
+import re
+
+from ansible.errors import AnsibleFilterError
+
+# sysctl(8): a key with '/' uses '/' as the separator, so '.' inside an interface name ("eth0.100") stays literal.
+_KEY = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:/@+-]*$")
+
+
+def sysctl_proc_path(key: str) -> str:
+    if not isinstance(key, str) or not _KEY.match(key) or ".." in key or "//" in key:
+        raise AnsibleFilterError(f"sysctl key {key!r} is not a sysctl name (e.g. net.core.rmem_max)")
+    relative = key if "/" in key else key.replace(".", "/")
+    return "/proc/sys/" + relative.strip("/")
+
+
+def sysctl_value_problems(settings: dict) -> list:
+    """One line per key whose value the kernel could not take: booleans (YAML 'yes' is not 1), lists, None, floats."""
+    problems = []
+    for key, value in sorted((settings or {}).items(), key=lambda item: str(item[0])):
+        if isinstance(value, bool):
+            problems.append(f"{key}: {value!r} is a YAML boolean; write 1/0 (quote it if you mean a string)")
+        elif not isinstance(value, (str, int)):
+            problems.append(f"{key}: {value!r} is a {type(value).__name__}; a sysctl value is a string or an integer")
+        elif isinstance(value, str) and (not value.strip() or "\n" in value):
+            problems.append(f"{key}: {value!r} is empty or spans lines")
+        if not isinstance(key, str) or not _KEY.match(key) or ".." in key:
+            problems.append(f"{key!r}: not a sysctl name")
+    return problems
+
+
+def sysctl_effective(settings: dict, extra: dict, skip_keys: list) -> dict:
+    """settings, then the user's extras over them, minus the keys this host must not touch."""
+    merged = dict(settings or {})
+    merged.update(extra or {})
+    skipped = set(skip_keys or [])
+    return {key: value for key, value in sorted(merged.items()) if key not in skipped}
+
+
+def sysctl_live_values(settings: dict) -> dict:
+    return {sysctl_proc_path(key): value for key, value in settings.items()}
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "sysctl_proc_path": sysctl_proc_path,
+            "sysctl_value_problems": sysctl_value_problems,
+            "sysctl_effective": sysctl_effective,
+            "sysctl_live_values": sysctl_live_values,
+        }
