@@ -23,10 +23,14 @@ class Node:
     runner: Callable[..., CommandOutput] = run_command
     # One run's memo of expensive reads (the GPU query), so facts and checks share it.
     memo: dict = field(default_factory=dict)
+    # Tests that replay captured command output over a fake tree set this True.
+    live: Optional[bool] = None
 
     @property
     def is_live(self) -> bool:
         """Commands (ping, ethtool, nvidia-smi) describe the running machine, not a tree under --root."""
+        if self.live is not None:
+            return self.live
         return os.path.realpath(self.root) == "/"
 
     def path(self, absolute: str) -> str:
