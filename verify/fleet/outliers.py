@@ -20,7 +20,9 @@ MIN_FLEET_SIZE = 3
 # 1.2533 = sqrt(pi/2): mean absolute deviation scaled to match MAD for normal data, used when
 # more than half the fleet reports the identical value (MAD = 0).
 MEAN_AD_SCALE = 1.2533
-VERSION_KEY = re.compile(r"(driver|cuda|nccl|firmware|fw_ver|vbios|kernel)", re.IGNORECASE)
+# Facts whose differing values across a fleet matter: driver/CUDA/NCCL/firmware versions and the
+# kernel. Names of NIC drivers and the versions of verify's own helper tools do not.
+VERSION_KEY = re.compile(r"(^|\.)kernel$|driver_version|cuda|nccl|firmware|fw_ver|vbios", re.IGNORECASE)
 
 
 @dataclass

@@ -134,7 +134,7 @@ def _y_ticks(y_hi: float) -> list:
     for i in range(5):
         value = y_hi * i / 4
         y = HEIGHT - BOTTOM - i / 4 * (HEIGHT - TOP - BOTTOM)
-        ticks.append(f'<text x="{LEFT - 6}" y="{y + 3:.1f}" font-size="10" text-anchor="end">{value:.0f}</text>')
+        ticks.append(f'<text x="{LEFT - 6}" y="{y + 3:.1f}" font-size="10" text-anchor="end">{value:.3g}</text>')
     return ticks
 
 

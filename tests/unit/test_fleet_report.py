@@ -1,0 +1,123 @@
+"""The fleet report from saved node reports: failures first, bad files named, every format agrees."""
+from __future__ import annotations
+
+import argparse
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from verify.fleet.model import load_fleet_dir
+from verify.fleet.report import main as report_main
+from verify.fleet.report import to_junit, to_markdown
+from verify.fleet.summary import build_summary
+from verify.fleet.synthetic import derive_hosts, write_fleet
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "fleet"
+
+
+def base() -> tuple:
+    report = json.loads((FIXTURES / "node_report_ci_vm.json").read_text())
+    measurement = json.loads((FIXTURES / "crossnode_allreduce_gloo_2node.json").read_text())[0]
+    return report, measurement
+
+
+def fleet(tmp_path: Path, count: int = 8, slow: int = 1, odd_driver: int = 1) -> Path:
+    report, measurement = base()
+    hosts = derive_hosts(report, measurement, count, slow_hosts=slow, odd_driver_hosts=odd_driver)
+    for host in hosts:  # an all-green fleet, so what the fleet report adds is all that is red
+        for r in host["results"]:
+            if r["status"] == "FAIL":
+                r["status"] = "PASS"
+    write_fleet(tmp_path, hosts)
+    return tmp_path
+
+
+def run_report(directory: Path, fmt: str = "json,md,html,junit") -> int:
+    return report_main(argparse.Namespace(directory=str(directory), format=fmt, out=None))
+
+
+def test_the_slow_host_is_named_with_the_fleet_median_and_fails(tmp_path, capsys):
+    directory = fleet(tmp_path)
+    assert run_report(directory) == 1
+    data = json.loads((directory / "fleet_report.json").read_text())
+    assert data["bad_hosts"] == ["gpu-00000"]
+    assert data["hosts"][0]["host"] == "gpu-00000"  # failures first
+    problem = data["hosts"][0]["problems"][0]
+    assert problem["check_id"] == "fleet.outlier.fleet.nccl_allreduce_multinode"
+    assert "of the fleet median" in problem["reason"]
+    assert "gpu-00000" in capsys.readouterr().out
+
+
+def test_a_driver_off_the_majority_is_a_warning_on_that_host(tmp_path):
+    directory = fleet(tmp_path, slow=0, odd_driver=1)
+    assert run_report(directory, "json") == 0
+    data = json.loads((directory / "fleet_report.json").read_text())
+    drift = data["version_drift"]
+    assert [(d["host"], d["key"], d["value"]) for d in drift] == [("gpu-00000", "gpus.driver_version", "575.57.08")]
+    assert data["hosts"][0]["worst"] == "WARN"
+
+
+def test_a_real_node_failure_comes_first_with_its_reason(tmp_path):
+    report, measurement = base()
+    hosts = derive_hosts(report, measurement, 4)
+    for host in hosts:
+        for r in host["results"]:
+            r["status"] = "PASS" if r["status"] == "FAIL" else r["status"]
+    bad = next(r for r in hosts[2]["results"] if r["check_id"] == "sysctl.vm.swappiness")
+    bad.update(status="FAIL", reason="vm.swappiness is 60, the desired state says 1")
+    write_fleet(tmp_path, hosts)
+    nodes, errors = load_fleet_dir(str(tmp_path))
+    summary = build_summary(nodes, errors)
+    assert summary.bad_hosts == ["gpu-00002"]
+    assert summary.check_ids[0] == "sysctl.vm.swappiness"
+    markdown = to_markdown(summary, "t")
+    assert "| gpu-00002 | FAIL | `sysctl.vm.swappiness` | vm.swappiness is 60, the desired state says 1 |" in markdown
+
+
+@pytest.mark.parametrize("content, message", [
+    ("{not json", "not valid JSON"),
+    ('{"host": "x"}', "no 'results' list"),
+    ('{"host": "x", "results": [{"check_id": "a", "status": "MAYBE"}]}', "results[0] (a)"),
+    ('{"host": "x", "results": [{"status": "PASS"}]}', "results[0] has no 'check_id'"),
+    ("[]", "top level must be a JSON object"),
+])
+def test_each_unreadable_report_gets_one_error_and_the_rest_is_still_reported(tmp_path, capsys, content, message):
+    directory = fleet(tmp_path, count=3, slow=0, odd_driver=0)
+    broken = directory / "gpu-broken" / "report.json"
+    broken.parent.mkdir()
+    broken.write_text(content)
+    assert run_report(directory, "json,junit") == 2
+    err = capsys.readouterr().err
+    assert err.count("gpu-broken") == 1 and message in err
+    data = json.loads((directory / "fleet_report.json").read_text())
+    assert len(data["hosts"]) == 3
+    assert data["load_errors"] == [{"path": str(broken), "message": data["load_errors"][0]["message"]}]
+    assert message in data["load_errors"][0]["message"]
+    suites = ET.parse(directory / "fleet_report.junit.xml").getroot()
+    assert suites.find("testsuite[@name='node reports']/testcase/error") is not None
+
+
+def test_junit_has_a_suite_per_host_and_a_failure_per_failed_check(tmp_path):
+    directory = fleet(tmp_path, count=5)
+    nodes, errors = load_fleet_dir(str(directory))
+    root = ET.fromstring(to_junit(build_summary(nodes, errors)))
+    suites = root.findall("testsuite")
+    assert [s.get("name") for s in suites][0] == "gpu-00000"
+    assert len(suites) == 5
+    failures = root.findall(".//failure")
+    assert len(failures) == int(root.get("failures")) == 1
+    assert "fleet median" in failures[0].get("message")
+
+
+def test_an_empty_or_missing_directory_is_one_clear_error(tmp_path, capsys):
+    assert run_report(tmp_path / "nope") == 2
+    assert "not a directory" in capsys.readouterr().err
+    assert run_report(tmp_path) == 2
+    assert "no readable node report" in capsys.readouterr().err
+
+
+def test_unknown_format_is_refused_before_reading_anything(tmp_path, capsys):
+    assert run_report(tmp_path, "json,pdf") == 2
+    assert "unknown format(s) pdf" in capsys.readouterr().err
