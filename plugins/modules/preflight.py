@@ -1,0 +1,96 @@
+#!/usr/bin/python
+"""tunefleet.gpu_node.preflight: refuse inputs this host cannot take, before any change."""
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: preflight
+short_description: Validate every tunefleet role variable against this host before anything changes
+description:
+  - Checks that sysctl keys exist and are writable and their values are strings or integers (YAML
+    booleans refused), that a requested TCP congestion control is available, that requested huge page
+    sizes and NUMA nodes exist, that named interfaces exist and their maximum MTU allows O(variables)
+    C(network_mtu) (68..65535), that matched block devices offer C(storage_scheduler), that the CPU
+    governor and THP modes are offered, that limits fit C(fs.nr_open), and, when
+    C(preflight_require_gpu_driver) is true, that an NVIDIA driver is loaded.
+  - Reads only; never changes the host. Fails with one message per problem, each naming the host,
+    the variable and the value.
+version_added: "0.1.0"
+options:
+  host:
+    description: Inventory name of the host, used in messages.
+    type: str
+    required: true
+  variables:
+    description: Role variables by name (C(sysctl_settings), C(network_mtu), ...). A variable left out is not checked.
+    type: dict
+    required: true
+  roles:
+    description: Roles that will run on this host; only their variables are judged.
+    type: list
+    elements: str
+    default: [sysctl, network, storage, gpu, memory, limits, cpu]
+  root:
+    description: Tree holding C(/proc), C(/sys) and C(/lib/modules); only tests change it.
+    type: path
+    default: /
+author: tunefleet developers
+"""
+
+EXAMPLES = r"""
+- name: Refuse inputs this host cannot take
+  tunefleet.gpu_node.preflight:
+    host: "{{ inventory_hostname }}"
+    variables:
+      network_mtu: "{{ network_mtu }}"
+      network_interfaces: "{{ network_interfaces }}"
+"""
+
+RETURN = r"""
+problems:
+  description: One line per refused input (empty when the host can take everything).
+  returned: always
+  type: list
+  elements: str
+  sample: ["host gpu01: network_mtu = 99999: outside 68..65535"]
+"""
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.tunefleet.gpu_node.plugins.module_utils.preflight_checks import preflight  # noqa: E402
+
+
+def make_ip_details(module: AnsibleModule):
+    ip = module.get_bin_path("ip")
+
+    def ip_details(interface: str):
+        if ip is None:
+            return None  # hosts without iproute2 (seen on GPU cloud images): MTU range still checked
+        rc, out, _ = module.run_command([ip, "-d", "-j", "link", "show", "dev", interface])
+        if rc != 0:
+            rc, out, _ = module.run_command([ip, "-d", "link", "show", "dev", interface])
+        return out if rc == 0 else None
+
+    return ip_details
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec=dict(
+            host=dict(type="str", required=True),
+            variables=dict(type="dict", required=True),
+            roles=dict(type="list", elements="str",
+                       default=["sysctl", "network", "storage", "gpu", "memory", "limits", "cpu"]),
+            root=dict(type="path", default="/"),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    problems = [x.message(p["host"]) for x in preflight(p["root"], p["variables"], p["roles"], make_ip_details(module))]
+    if problems:
+        module.fail_json(msg="preflight refused this host, nothing was changed:\n" + "\n".join(problems),
+                         problems=problems)
+    module.exit_json(changed=False, problems=[])
+
+
+if __name__ == "__main__":
+    main()
