@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# One pass over everything the GPU machine can measure for tunefleet's benchmarks, with the raw
+# outputs kept for tests/fixtures/bench and tests/fixtures/node/gpu_machine.
+#
+#   bash benchmarks/gpu_machine_run.sh OUTDIR [ALL_REDUCE_PERF]
+#
+# ALL_REDUCE_PERF is an nccl-tests binary the caller built (nccl-tests is the user's install on a
+# real node; this script neither fetches nor builds it). NVLink multicast stays off throughout:
+# on shared multi-GPU hosts a multicast job can take the GPUs out of service.
+set -uo pipefail
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+
+out=${1:?usage: gpu_machine_run.sh OUTDIR [ALL_REDUCE_PERF]}
+arp=${2:-}
+mkdir -p "$out/node" "$out/raw" "$out/results"
+py=python3
+step() { echo "== $(date -u +%H:%M:%S) $*" | tee -a "$out/steps.log"; }
+
+step "node facts"
+nvidia-smi -q >"$out/node/nvidia-smi-q.txt" 2>&1
+nvidia-smi --query-gpu=name,driver_version,persistence_mode,pci.bus_id --format=csv >"$out/node/nvidia-smi-query-gpu.csv" 2>&1
+nvidia-smi topo -m >"$out/node/nvidia-smi-topo-m.txt" 2>&1
+nvidia-smi nvlink --status >"$out/node/nvidia-smi-nvlink-status.txt" 2>&1
+$py -c 'import torch, sys; print("python", sys.version.split()[0]); print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", torch.cuda.nccl.version()); print("gpus", torch.cuda.device_count())' >"$out/node/versions.txt" 2>&1
+$py -c 'import cuda.bindings, cuda.bindings.cufile as c; print("cuda.bindings", cuda.bindings.__version__); print("cufile", c.get_version())' >>"$out/node/versions.txt" 2>&1
+ls /proc/driver/nvidia-fs >>"$out/node/versions.txt" 2>&1
+cat /etc/cufile.json >"$out/node/cufile.json" 2>&1
+ngpu=$($py -c 'import torch; print(torch.cuda.device_count())')
+torch_nccl_lib=$($py -c 'import os, nvidia.nccl as n; print(os.path.join(list(n.__path__)[0], "lib"))' 2>/dev/null || true)
+echo "torch NCCL lib dir: $torch_nccl_lib" >>"$out/node/versions.txt"
+
+nccl_args=(--gpus "$ngpu" --min-bytes 8M --max-bytes 4G --iters 20 --warmup 5 --tries 1 --save-raw "$out/raw" --timeout-s 300)
+for round in 1 2; do
+  if [ -n "$arp" ]; then
+    step "round $round: nccl-tests all_reduce_perf, system NCCL"
+    $py -m verify bench nccl --engine nccl-tests --binary "$arp" "${nccl_args[@]}" --json "$out/results/nccltests_system_$round.json"
+    if [ -n "$torch_nccl_lib" ] && [ -d "$torch_nccl_lib" ]; then
+      step "round $round: nccl-tests all_reduce_perf on the NCCL that torch loads"
+      LD_LIBRARY_PATH="$torch_nccl_lib:${LD_LIBRARY_PATH:-}" \
+        $py -m verify bench nccl --engine nccl-tests --binary "$arp" "${nccl_args[@]}" --json "$out/results/nccltests_torchnccl_$round.json"
+    fi
+  fi
+  step "round $round: built-in torch.distributed engine"
+  $py -m verify bench nccl --engine torch "${nccl_args[@]}" --json "$out/results/torch_$round.json"
+done
+
+step "host<->device copies (engine raw output, then the check)"
+$py -m verify.bench.torch_hostcopy --size-bytes 1G --iters 10 >"$out/raw/hostcopy.stdout" 2>"$out/raw/hostcopy.stderr"
+$py -m verify bench hostcopy --tries 1 --json "$out/results/hostcopy.json"
+
+step "storage: 4 GiB file, cuFile and O_DIRECT (QD1 and QD4)"
+scratch=/var/tmp/tunefleet-gpu-run.bin
+$py -m verify.bench.odirect_read --file "$scratch" --create-bytes 4G --repeat 0 >/dev/null
+df -h /var/tmp >"$out/node/df-var-tmp.txt" 2>&1
+findmnt -T /var/tmp >>"$out/node/df-var-tmp.txt" 2>&1
+$py -m verify.bench.cufile_read --file "$scratch" --repeat 2 >"$out/raw/cufile.stdout" 2>"$out/raw/cufile.stderr"
+$py -m verify.bench.odirect_read --file "$scratch" --repeat 2 >"$out/raw/odirect_qd1.stdout" 2>"$out/raw/odirect_qd1.stderr"
+$py -m verify.bench.odirect_read --file "$scratch" --repeat 2 --queue-depth 4 >"$out/raw/odirect_qd4.stdout" 2>"$out/raw/odirect_qd4.stderr"
+$py -m verify bench storage --file "$scratch" --tries 1 --json "$out/results/storage.json"
+rm -f "$scratch"
+step "done"

@@ -1,0 +1,208 @@
+"""Pieces every benchmark shares: thresholds, judging, retries, progress, engine subprocesses.
+
+A benchmark never runs heavy code in the verify process itself: each engine is a module run as
+`python3 -m verify.bench.<engine>` through the node's runner, so the runner's timeout kills the
+whole process group of a hung run and keeps what it printed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from verify.result import CheckResult, Status
+
+RESULT_MARKER = "TUNEFLEET_RESULT "
+# Exit status an engine uses for "this node cannot run me" (no torch, no GPU): a SKIP, not an ERROR.
+CANNOT_RUN = 3
+ROLE = "bench"
+GB = 1e9  # nccl-tests, perftest --report_gbits and this package: decimal units
+
+
+def progress(message: str) -> None:
+    """Progress goes to stderr so JSON on stdout stays clean."""
+    print(f"[tunefleet bench] {message}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class Threshold:
+    """A floor (kind "min") or a ceiling (kind "max") with a warn band on the good side."""
+
+    limit: float
+    warn: Optional[float] = None
+    kind: str = "min"
+    source: str = ""
+
+    def judge(self, observed: float) -> tuple:
+        """(Status, one-line reason) for an observed value."""
+        if self.kind == "min":
+            if observed < self.limit:
+                return Status.FAIL, f"{observed:.4g} is below the floor {self.limit:.4g}"
+            if self.warn is not None and observed < self.warn:
+                return (
+                    Status.WARN,
+                    f"{observed:.4g} passes the floor {self.limit:.4g} but is under the warn band {self.warn:.4g}",
+                )
+            return Status.PASS, f"{observed:.4g} meets the floor {self.limit:.4g}"
+        if observed > self.limit:
+            return Status.FAIL, f"{observed:.4g} is above the ceiling {self.limit:.4g}"
+        if self.warn is not None and observed > self.warn:
+            return (
+                Status.WARN,
+                f"{observed:.4g} is under the ceiling {self.limit:.4g} but above the warn band {self.warn:.4g}",
+            )
+        return Status.PASS, f"{observed:.4g} is within the ceiling {self.limit:.4g}"
+
+    def describe(self) -> str:
+        sign = ">=" if self.kind == "min" else "<="
+        return f"{sign} {self.limit:.4g}"
+
+    def to_dict(self) -> dict:
+        return {"limit": self.limit, "warn": self.warn, "kind": self.kind, "source": self.source}
+
+
+@dataclass
+class Try:
+    """One attempt of a benchmark: its judged result plus the raw output kept for the report."""
+
+    result: CheckResult
+    raw: dict = field(default_factory=dict)
+
+
+def with_retries(attempt: Callable[[int], Try], tries: int, label: str) -> CheckResult:
+    """Pass on the first try that passes; otherwise report the last try. Every try is recorded.
+
+    Benchmarks on shared fabrics wobble (Azure/azurehpc PR #690 added the same policy after
+    false failures), so one bad sample is not a verdict, but every sample stays in the report.
+    """
+    tries = max(1, int(tries))
+    record = []
+    final: Optional[CheckResult] = None
+    for index in range(tries):
+        progress(f"{label}: try {index + 1}/{tries}")
+        outcome = attempt(index)
+        summary = {
+            "try": index + 1,
+            "status": outcome.result.status.value,
+            "observed": outcome.result.observed,
+            "reason": outcome.result.reason,
+        }
+        summary.update(outcome.raw)
+        record.append(summary)
+        final = outcome.result
+        progress(f"{label}: try {index + 1} {final.status.value}: {final.reason}")
+        if final.status in (Status.PASS, Status.SKIP):
+            break
+    assert final is not None
+    final.details["tries"] = record
+    return final
+
+
+def result(
+    check_id: str,
+    status: Status,
+    reason: str,
+    expected: Any = None,
+    observed: Any = None,
+    remediation: str = "",
+    details: Optional[dict] = None,
+) -> CheckResult:
+    return CheckResult(
+        check_id=check_id,
+        role=ROLE,
+        status=status,
+        expected=expected,
+        observed=observed,
+        reason=reason,
+        remediation=remediation,
+        details=dict(details or {}),
+    )
+
+
+def tail(text: str, limit: int = 4000) -> str:
+    """Partial output kept in a report: the end is where a crash explains itself."""
+    return text if len(text) <= limit else "...\n" + text[-limit:]
+
+
+def last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1].strip() if lines else "(no output)"
+
+
+def package_parent() -> str:
+    return str(Path(__file__).resolve().parent.parent.parent)
+
+
+def engine_argv(module: str, args: list) -> list:
+    """argv that runs one engine module with the same interpreter as verify itself."""
+    return [sys.executable, "-m", module, *[str(a) for a in args]]
+
+
+def engine_env(extra: Optional[dict] = None) -> dict:
+    """The engine must import this verify package even where it is not installed (a node run)."""
+    env = {
+        "PYTHONPATH": os.pathsep.join(p for p in (package_parent(), os.environ.get("PYTHONPATH", "")) if p),
+        "PYTHONUNBUFFERED": "1",
+    }
+    env.update(extra or {})
+    return env
+
+
+def emit_result(payload: dict) -> None:
+    """How an engine hands its measurement back: one marked JSON line on stdout."""
+    print(RESULT_MARKER + json.dumps(payload, sort_keys=True), flush=True)
+
+
+def read_result(stdout: str) -> Optional[dict]:
+    """The last marked line of an engine's stdout, or None when it never got that far."""
+    found = None
+    for line in stdout.splitlines():
+        if line.startswith(RESULT_MARKER):
+            try:
+                found = json.loads(line[len(RESULT_MARKER) :])
+            except json.JSONDecodeError:
+                found = None
+    return found
+
+
+def which(name: str, root: str = "/") -> Optional[str]:
+    """A tool on PATH (only when root is the live system: a tree under --root has no runnable tools)."""
+    if root not in ("/", ""):
+        return None
+    return shutil.which(name)
+
+
+def module_available(name: str) -> bool:
+    """Whether a module could be imported, without importing it (torch takes seconds)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def parse_size(text: Any) -> int:
+    """Bytes from 4096, '1M', '4G', '512MiB' (K/M/G are binary, as nccl-tests reads them)."""
+    if isinstance(text, (int, float)):
+        return int(text)
+    value = str(text).strip().upper().replace("IB", "").replace("B", "")
+    factors = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    if value and value[-1] in factors:
+        return int(float(value[:-1]) * factors[value[-1]])
+    try:
+        return int(value)
+    except ValueError as exc:
+        raise ValueError(f"not a size: {text!r} (use bytes or a K/M/G suffix)") from exc
+
+
+def human_bytes(size: int) -> str:
+    for unit, factor in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= factor and size % factor == 0:
+            return f"{size // factor} {unit}"
+    return f"{size} B"

@@ -1,0 +1,376 @@
+"""NCCL all-reduce check: nccl-tests' all_reduce_perf when installed, else the built-in torch engine.
+
+Both engines give the same curve (size -> busbw); the check judges the busbw at the largest
+size (nccl-tests' "Avg bus bandwidth" footer averages every size and both in/out-of-place, so
+it sits far below peak), validates the output's shape and reads NCCL_DEBUG=INFO for the transport.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from dataclasses import dataclass, field
+from typing import Optional
+
+from verify.bench.common import (
+    Threshold,
+    Try,
+    engine_argv,
+    engine_env,
+    human_bytes,
+    last_line,
+    module_available,
+    parse_size,
+    progress,
+    read_result,
+    result,
+    tail,
+    which,
+    with_retries,
+)
+from verify.bench.nccl_parse import CurvePoint, NcclTransport, parse_nccl_debug, parse_nccl_tests, parse_nvlink_status
+from verify.profiles import bench_setting, resolve_threshold
+from verify.result import CheckResult, Status
+
+CHECK_ID = "bench.nccl_allreduce"
+REMEDIATION = "gpu: gpu_nccl_conf (and the NVLink/NIC state); re-run `tunefleet bench nccl` after fixing"
+DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV,NET"}
+
+
+@dataclass
+class NcclOptions:
+    engine: str = "auto"  # auto | nccl-tests | torch
+    gpus: Optional[int] = None
+    min_bytes: int = 8 << 20
+    max_bytes: int = 4 << 30
+    iters: int = 20
+    warmup: int = 5
+    tries: int = 2
+    timeout_s: float = 600.0
+    binary: Optional[str] = None
+    backend: str = "nccl"  # gloo runs the torch engine on CPU (tests, CI)
+    allow_socket: bool = False
+    extra_env: dict = field(default_factory=dict)
+    save_raw: Optional[str] = None
+
+
+@dataclass
+class Measurement:
+    """One engine run, reduced to what the judge needs."""
+
+    engine: str
+    points: list
+    ranks: int
+    transport: NcclTransport
+    problems: list  # shape problems that make the run untrustworthy (FAIL)
+    raw: dict
+
+
+# Fraction of one GPU's unidirectional NVLink bandwidth a healthy ring all-reduce reaches: 0.72 on
+# the 2x H200 here (342 of 478 GB/s), ~0.81 on 8x H100/H200 with NVLS off (365 of 450 GB/s,
+# stas00/ml-engineering network/README.md). Below 0.6 something is wrong; below 0.68 is suspicious.
+NVLINK_FAIL_SHARE, NVLINK_WARN_SHARE = 0.60, 0.68
+
+
+def derive_threshold(node, gpus: int):
+    """A floor for unknown hardware from the NVLink links NVML reports (None without NVLink)."""
+    if gpus < 2:
+        return None
+    out = node.run(["nvidia-smi", "nvlink", "--status"], timeout_s=30)
+    if not out.ok:
+        return None
+    links = parse_nvlink_status(out.stdout)
+    per_gpu = [sum(speeds) for speeds in links.values() if speeds]
+    if not per_gpu:
+        return None
+    slowest = min(per_gpu)
+    return Threshold(
+        limit=round(NVLINK_FAIL_SHARE * slowest, 1),
+        warn=round(NVLINK_WARN_SHARE * slowest, 1),
+        source=f"derived: {NVLINK_FAIL_SHARE}/{NVLINK_WARN_SHARE} x {slowest:.1f} GB/s unidirectional NVLink per GPU "
+        "(nvidia-smi nvlink --status)",
+    )
+
+
+def count_gpus(root: str) -> int:
+    return len([p for p in glob.glob(os.path.join(root, "dev", "nvidia[0-9]*")) if os.path.basename(p)[6:].isdigit()])
+
+
+def options_from(profile: Optional[dict], overrides: Optional[dict] = None) -> NcclOptions:
+    opts = NcclOptions(
+        min_bytes=parse_size(bench_setting("nccl_min_bytes", profile, 8 << 20)),
+        max_bytes=parse_size(bench_setting("nccl_max_bytes", profile, 4 << 30)),
+        iters=int(bench_setting("nccl_iters", profile, 20)),
+        warmup=int(bench_setting("nccl_warmup", profile, 5)),
+        tries=int(bench_setting("tries", profile, 2)),
+        allow_socket=bool(bench_setting("nccl_allow_socket", profile, False)),
+    )
+    for key, value in (overrides or {}).items():
+        if value is not None:
+            setattr(opts, key, value)
+    return opts
+
+
+def pick_engine(opts: NcclOptions, root: str) -> tuple:
+    """(engine, binary or None, skip reason or None)."""
+    binary = opts.binary or which("all_reduce_perf", root)
+    torch_ok = module_available("torch")
+    if opts.engine == "nccl-tests":
+        return ("nccl-tests", binary, None) if binary else (None, None, "all_reduce_perf (nccl-tests) is not on PATH")
+    if opts.engine == "torch" or opts.backend == "gloo":
+        return (
+            ("torch", None, None)
+            if torch_ok
+            else (None, None, "PyTorch is not installed (the built-in engine needs it)")
+        )
+    if binary:
+        return "nccl-tests", binary, None
+    if torch_ok:
+        return "torch", None, None
+    return (
+        None,
+        None,
+        "neither nccl-tests' all_reduce_perf is on PATH nor PyTorch installed: nothing can run all-reduce",
+    )
+
+
+def nccl_tests_argv(binary: str, opts: NcclOptions, gpus: int) -> list:
+    # One process driving every GPU (-g): the single-node form that needs no MPI.
+    return [
+        binary,
+        "-b",
+        str(opts.min_bytes),
+        "-e",
+        str(opts.max_bytes),
+        "-f",
+        "2",
+        "-g",
+        str(gpus),
+        "-n",
+        str(opts.iters),
+        "-w",
+        str(opts.warmup),
+        "-c",
+        "1",
+    ]
+
+
+def torch_argv(opts: NcclOptions, gpus: int) -> list:
+    return engine_argv(
+        "verify.bench.torch_allreduce",
+        [
+            "--backend",
+            opts.backend,
+            "--ranks",
+            gpus,
+            "--min-bytes",
+            opts.min_bytes,
+            "--max-bytes",
+            opts.max_bytes,
+            "--iters",
+            opts.iters,
+            "--warmup",
+            opts.warmup,
+            "--timeout-s",
+            int(max(60, opts.timeout_s)),
+        ],
+    )
+
+
+def measure(node, engine: str, binary: Optional[str], opts: NcclOptions, gpus: int) -> tuple:
+    """(Measurement or None, ERROR reason or None). A crash or hang is an ERROR with partial output."""
+    env = dict(DEBUG_ENV)
+    env.update(opts.extra_env)
+    argv = nccl_tests_argv(binary, opts, gpus) if engine == "nccl-tests" else torch_argv(opts, gpus)
+    if engine == "torch":
+        env = engine_env(env)
+    out = node.run(argv, timeout_s=opts.timeout_s, env=env)
+    raw = {
+        "argv": argv,
+        "returncode": out.returncode,
+        "duration_s": round(out.duration_s, 2),
+        "stdout_tail": tail(out.stdout),
+        "stderr_tail": tail(out.stderr),
+    }
+    if opts.save_raw:
+        _save_raw(opts.save_raw, engine, out)
+    if out.missing:
+        return None, f"{argv[0]} could not be started: {out.stderr.strip()}", raw
+    if out.timed_out:
+        return None, f"{engine} hung: killed after {opts.timeout_s:.0f} s (partial output kept)", raw
+    transport = parse_nccl_debug(out.stdout + "\n" + out.stderr)
+    if engine == "nccl-tests":
+        run = parse_nccl_tests(out.stdout)
+        if not run.points:
+            return None, f"all_reduce_perf exited {out.returncode} without a result row", raw
+        problems = []
+        if run.footers == 0 or run.out_of_bounds is None:
+            return None, f"all_reduce_perf exited {out.returncode} before its summary (output truncated)", raw
+        if run.footers > 1:
+            problems.append(f"{run.footers} separate nccl-tests runs in one output (built without MPI=1 under mpirun?)")
+        if run.out_of_bounds or run.out_of_bounds_ok is False:
+            problems.append(f"{run.out_of_bounds} out-of-bounds values (data corruption)")
+        wrong = [p.size_bytes for p in run.points if (p.wrong or 0) > 0 or (p.inplace_wrong or 0) > 0]
+        if wrong:
+            problems.append(f"#wrong is non-zero at sizes {wrong[:4]}")
+        if out.returncode not in (0, None):
+            problems.append(f"all_reduce_perf exited {out.returncode}")
+        return Measurement(engine, run.points, run.rank_count, transport, problems, raw), None, raw
+    payload = read_result(out.stdout)
+    if payload is None:
+        return None, f"built-in all-reduce exited {out.returncode} without a result: {last_line(out.stderr)}", raw
+    points = [
+        CurvePoint(
+            r["size_bytes"],
+            r["count"],
+            r["dtype"],
+            r["redop"],
+            r["time_us"],
+            r["algbw_gbps"],
+            r["busbw_gbps"],
+            r["wrong"],
+        )
+        for r in payload.get("rows", [])
+    ]
+    if transport.nccl_version is None:
+        transport.nccl_version = payload.get("nccl_version")
+    problems = []
+    wrong = [p.size_bytes for p in points if (p.wrong or 0) > 0]
+    if wrong:
+        problems.append(f"wrong all-reduce results at sizes {wrong[:4]}")
+    raw["engine_meta"] = {k: v for k, v in payload.items() if k != "rows"}
+    return Measurement(engine, points, int(payload.get("world_size", 0)), transport, problems, raw), None, raw
+
+
+def _save_raw(directory: str, engine: str, out) -> None:
+    os.makedirs(directory, exist_ok=True)
+    base = os.path.join(directory, f"nccl_allreduce_{engine}")
+    index = 1
+    while os.path.exists(f"{base}.{index}.stdout"):
+        index += 1
+    for stream, text in (("stdout", out.stdout), ("stderr", out.stderr)):
+        with open(f"{base}.{index}.{stream}", "w", encoding="utf-8") as handle:
+            handle.write(text)
+
+
+def judge(
+    measurement: Measurement,
+    expected_gpus: int,
+    threshold: Optional[Threshold],
+    opts: NcclOptions,
+    nvls_expected: Optional[bool],
+) -> CheckResult:
+    """Pure: a measurement plus expectations -> the check result."""
+    curve = [p.to_dict() for p in measurement.points]
+    largest = max(measurement.points, key=lambda p: p.size_bytes)
+    observed = largest.busbw_gbps
+    details = {
+        "engine": measurement.engine,
+        "curve": curve,
+        "judged_size_bytes": largest.size_bytes,
+        "ranks": measurement.ranks,
+        "transport": measurement.transport.to_dict(),
+    }
+    if threshold is not None:
+        details["threshold"] = threshold.to_dict()
+    expected = threshold.describe() + " GB/s busbw" if threshold else None
+    label = f"busbw {observed:.1f} GB/s at {human_bytes(largest.size_bytes)}" if observed is not None else "no busbw"
+    if measurement.problems:
+        return result(
+            CHECK_ID,
+            Status.FAIL,
+            f"{label}, but the run is not valid: {measurement.problems[0]}",
+            expected,
+            observed,
+            REMEDIATION,
+            details,
+        )
+    if measurement.ranks != expected_gpus:
+        return result(
+            CHECK_ID,
+            Status.FAIL,
+            f"all-reduce ran on {measurement.ranks} ranks, expected {expected_gpus} GPUs",
+            expected,
+            observed,
+            "check that every GPU is visible (nvidia-smi) and CUDA_VISIBLE_DEVICES",
+            details,
+        )
+    if measurement.transport.socket_fallback and not opts.allow_socket:
+        return result(
+            CHECK_ID,
+            Status.FAIL,
+            f"{label}: NCCL fell back to TCP sockets (NET/Socket), not NVLink/IB",
+            expected,
+            observed,
+            "gpu: gpu_nccl_conf (NCCL_IB_HCA, NCCL_SOCKET_IFNAME); check nvidia_peermem and the HCAs",
+            details,
+        )
+    if observed is None:
+        return result(CHECK_ID, Status.ERROR, "no busbw at the largest size", expected, None, REMEDIATION, details)
+    nvls_note = ""
+    if nvls_expected and measurement.transport.nvls is False:
+        nvls_note = " (NVLS was off, the profile expects it on: the floor assumes NVLS)"
+    if threshold is None:
+        return result(
+            CHECK_ID,
+            Status.PASS,
+            f"{label}; no floor known for this hardware: recorded only{nvls_note}",
+            None,
+            observed,
+            "",
+            details,
+        )
+    status, why = threshold.judge(observed)
+    return result(
+        CHECK_ID,
+        status,
+        f"{label}: {why}{nvls_note}",
+        expected,
+        observed,
+        REMEDIATION if status != Status.PASS else "",
+        details,
+    )
+
+
+def run(spec: Optional[dict], profile: Optional[dict], node, overrides: Optional[dict] = None) -> list:
+    opts = options_from(profile, overrides)
+    root = getattr(node, "root", "/")
+    engine, binary, skip = pick_engine(opts, root)
+    if skip:
+        return [result(CHECK_ID, Status.SKIP, skip, remediation="install nccl-tests or `pip install tunefleet[torch]`")]
+    gpus = opts.gpus or (profile or {}).get("gpu_count") or count_gpus(root)
+    if opts.backend == "gloo":
+        gpus = opts.gpus or 2
+    if not gpus:
+        return [result(CHECK_ID, Status.SKIP, "no GPU on this node (no /dev/nvidiaN)")]
+    threshold = resolve_threshold("nccl_allreduce_busbw_gbps", profile, spec)
+    if threshold is None and opts.backend == "nccl" and root in ("/", ""):
+        threshold = derive_threshold(node, gpus)
+    nvls_expected = (profile or {}).get("nvls_expected")
+    progress(
+        f"NCCL all-reduce: {engine} engine, {gpus} ranks, {human_bytes(opts.min_bytes)}..{human_bytes(opts.max_bytes)},"
+        f" timeout {opts.timeout_s:.0f} s"
+    )
+
+    def attempt(index: int) -> Try:
+        measurement, error, raw = measure(node, engine, binary, opts, gpus)
+        if measurement is None:
+            return Try(
+                result(
+                    CHECK_ID,
+                    Status.ERROR,
+                    error,
+                    threshold.describe() if threshold else None,
+                    None,
+                    REMEDIATION,
+                    {"engine": engine, "partial_output": raw},
+                ),
+                {"engine": engine},
+            )
+        judged = judge(measurement, gpus, threshold, opts, nvls_expected)
+        judged.details["run"] = raw
+        return Try(
+            judged, {"engine": engine, "curve_busbw": {str(p.size_bytes): p.busbw_gbps for p in measurement.points}}
+        )
+
+    return [with_retries(attempt, opts.tries, "NCCL all-reduce")]

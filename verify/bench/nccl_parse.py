@@ -1,0 +1,210 @@
+"""Pure parsers for NCCL all-reduce output: nccl-tests text and NCCL_DEBUG=INFO lines."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Optional
+
+# Launchers prefix every line: srun "0: ", mpirun "[1,0]<stdout>:".
+_PREFIX = re.compile(r"^(?:\s*\d+:\s|\[\d+,\d+\]<std(?:out|err)>:)")
+_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(-?\d+)\s+(.*)$")
+_OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)\s+(OK|FAILED)")
+_AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([-\d.eE+]+|N/A)\s*(OK|FAILED)?")
+_RANK = re.compile(
+    r"^#\s+Rank\s+(\d+)\s+Group\s+(\d+)\s+Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)\s+\[([^\]]*)\]\s*(.*)$"
+)
+_VERSION = re.compile(r"^#\s*nccl-tests version\s+(\S+)\s+nccl-headers=(\d+)\s+nccl-library=(\d+)")
+_CHANNEL = re.compile(r"Channel\s+\d+/\d+\s*:\s*\d+\[[^\]]*\]\s*->\s*\d+\[[^\]]*\]\s*(?:\[\w+\]\s*)?via\s+(.+?)\s*$")
+_NCCL_VERSION = re.compile(r"NCCL version\s+([\d.]+)")
+
+
+def _number(text: str) -> Optional[float]:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+@dataclass
+class CurvePoint:
+    size_bytes: int
+    count: int
+    dtype: str
+    redop: str
+    time_us: Optional[float]
+    algbw_gbps: Optional[float]
+    busbw_gbps: Optional[float]
+    wrong: Optional[int]
+    inplace_busbw_gbps: Optional[float] = None
+    inplace_wrong: Optional[int] = None
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class NcclTestsRun:
+    points: list = field(default_factory=list)
+    ranks: list = field(default_factory=list)  # (rank, host, device index, bus id, gpu name)
+    out_of_bounds: Optional[int] = None
+    out_of_bounds_ok: Optional[bool] = None
+    footers: int = 0
+    avg_busbw_gbps: Optional[float] = None
+    version: Optional[str] = None
+
+    @property
+    def rank_count(self) -> int:
+        return len(self.ranks)
+
+
+def strip_prefix(line: str) -> str:
+    return _PREFIX.sub("", line, count=1)
+
+
+def parse_nccl_tests(text: str) -> NcclTestsRun:
+    """Everything nccl-tests printed: the curve (out-of-place and in-place), ranks, footers."""
+    run = NcclTestsRun()
+    for raw in text.splitlines():
+        line = strip_prefix(raw).rstrip()
+        rank = _RANK.match(line)
+        if rank:
+            run.ranks.append(
+                (int(rank.group(1)), rank.group(4), int(rank.group(5)), rank.group(6), rank.group(7).strip())
+            )
+            continue
+        oob = _OOB.match(line)
+        if oob:
+            run.out_of_bounds = int(oob.group(1))
+            run.out_of_bounds_ok = oob.group(2) == "OK"
+            continue
+        avg = _AVG.match(line)
+        if avg:
+            run.footers += 1
+            run.avg_busbw_gbps = _number(avg.group(1))
+            continue
+        version = _VERSION.match(line)
+        if version:
+            run.version = version.group(1)
+            continue
+        if line.startswith("#"):
+            continue
+        row = _ROW.match(line)
+        if not row:
+            continue
+        values = row.group(6).split()
+        # out-of-place time algbw busbw #wrong, then in-place time algbw busbw #wrong (-I adds more)
+        if len(values) < 4:
+            continue
+        point = CurvePoint(
+            size_bytes=int(row.group(1)),
+            count=int(row.group(2)),
+            dtype=row.group(3),
+            redop=row.group(4),
+            time_us=_number(values[0]),
+            algbw_gbps=_number(values[1]),
+            busbw_gbps=_number(values[2]),
+            wrong=int(values[3]) if values[3].isdigit() else None,
+        )
+        if len(values) >= 8:
+            point.inplace_busbw_gbps = _number(values[6])
+            point.inplace_wrong = int(values[7]) if values[7].isdigit() else None
+        run.points.append(point)
+    return run
+
+
+@dataclass
+class NcclTransport:
+    """What NCCL said it used, from NCCL_DEBUG=INFO lines."""
+
+    paths: dict = field(default_factory=dict)  # "P2P/CUMEM/read" -> channel count
+    # The network plugin NCCL loaded ("Using network Socket" is normal on a node with no HCA:
+    # it is only what inter-node traffic would use). What a channel actually rode is in `paths`.
+    networks: list = field(default_factory=list)
+    gdr: Optional[bool] = None
+    nvls: Optional[bool] = None
+    nccl_version: Optional[str] = None
+    info_lines: int = 0
+
+    @property
+    def kinds(self) -> list:
+        """Coarse transport names: P2P, SHM, NET/IB, NET/IB+GDR, NET/Socket, ..."""
+        found = []
+        for path in self.paths:
+            head = path.split("/")
+            if head[0] == "NET" and len(head) > 1:
+                name = f"NET/{head[1]}"
+                if "GDRDMA" in path:
+                    name += "+GDR"
+            else:
+                name = head[0]
+            if name not in found:
+                found.append(name)
+        return found
+
+    @property
+    def socket_fallback(self) -> bool:
+        return any(k.startswith("NET/Socket") for k in self.kinds)
+
+    def to_dict(self) -> dict:
+        return {
+            "kinds": self.kinds,
+            "paths": self.paths,
+            "networks": self.networks,
+            "gdr": self.gdr,
+            "nvls": self.nvls,
+            "nccl_version": self.nccl_version,
+            "info_lines": self.info_lines,
+        }
+
+
+def parse_nccl_debug(text: str) -> NcclTransport:
+    """Transport facts from `NCCL INFO` lines (NCCL_DEBUG=INFO, subsystems INIT,ENV,NET)."""
+    found = NcclTransport()
+    for raw in text.splitlines():
+        if "NCCL INFO" not in raw and "NCCL version" not in raw:
+            continue
+        line = raw.split("NCCL INFO", 1)[-1].strip()
+        found.info_lines += 1
+        version = _NCCL_VERSION.search(raw)
+        if version and found.nccl_version is None:
+            found.nccl_version = version.group(1)
+        channel = _CHANNEL.search(line)
+        if channel:
+            path = channel.group(1).rstrip(",")
+            found.paths[path] = found.paths.get(path, 0) + 1
+            if path.startswith("NET/") and "GDRDMA" in path:
+                found.gdr = True
+            continue
+        using = re.search(r"Using network (\w+)", line)
+        if using and using.group(1) not in found.networks:
+            found.networks.append(using.group(1))
+            continue
+        # Only the IB transport's GDR line matters; the socket plugin always says "Disabled".
+        if "NET/IB" in line and "GPU Direct RDMA Enabled" in line:
+            found.gdr = True
+        elif "NET/IB" in line and "GPU Direct RDMA Disabled" in line and found.gdr is None:
+            found.gdr = False
+        if re.search(r"NCCL_NVLS_ENABLE set by environment to 0", line) or re.search(
+            r"NVLS multicast support is not available", line
+        ):
+            found.nvls = False
+        elif re.search(r"NVLS comm 0x|nvlsSupport 1|NVLS multicast support is available", line) and found.nvls is None:
+            found.nvls = True
+    return found
+
+
+def parse_nvlink_status(text: str) -> dict:
+    """`nvidia-smi nvlink --status`: GPU index -> list of per-link GB/s (inactive links omitted)."""
+    links: dict = {}
+    gpu = None
+    for line in text.splitlines():
+        head = re.match(r"^GPU\s+(\d+):", line)
+        if head:
+            gpu = int(head.group(1))
+            links[gpu] = []
+            continue
+        speed = re.match(r"^\s+Link\s+\d+:\s+([\d.]+)\s+GB/s", line)
+        if speed and gpu is not None:
+            links[gpu].append(float(speed.group(1)))
+    return links

@@ -1,0 +1,300 @@
+"""Storage read checks: gdsio (GPU direct vs CPU path) when installed, else cuFile + O_DIRECT.
+
+All reads hit one file. Without `--file` a scratch file is written in `--dir` and removed after,
+so the node is left as it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+from typing import Optional
+
+from verify.bench.common import (
+    Threshold,
+    Try,
+    engine_argv,
+    engine_env,
+    human_bytes,
+    module_available,
+    parse_size,
+    progress,
+    read_result,
+    result,
+    tail,
+    which,
+    with_retries,
+)
+from verify.bench.gds_parse import parse_gdscheck, parse_gdsio
+from verify.profiles import bench_setting, resolve_threshold
+from verify.result import Status
+
+REMEDIATION = "storage: storage_scheduler / storage_read_ahead_kb; check the device and filesystem"
+GDS_REMEDIATION = "load nvidia-fs (or enable NVMe P2PDMA) and use an ext4/XFS mount GDS supports (gdscheck -p)"
+DERIVED_GDS_RATIO = Threshold(
+    limit=0.9,
+    warn=1.0,
+    source="derived: GPU-direct reads should not be slower than the CPU path on the same file (anchors_verify.md 4.6)",
+)
+SCRATCH_NAME = "tunefleet-bench-read.bin"
+
+
+@dataclass
+class StorageOptions:
+    file: Optional[str] = None
+    dir: str = "/var/tmp"
+    size_bytes: int = 4 << 30
+    block_bytes: int = 1 << 20
+    queue_depth: int = 1
+    gpu: int = 0
+    tries: int = 2
+    timeout_s: float = 600.0
+    engines: tuple = ("odirect", "cufile", "gdsio")
+
+
+def options_from(profile: Optional[dict], overrides: Optional[dict] = None) -> StorageOptions:
+    opts = StorageOptions(
+        size_bytes=parse_size(bench_setting("storage_bytes", profile, 4 << 30)),
+        queue_depth=int(bench_setting("storage_queue_depth", profile, 1)),
+        tries=int(bench_setting("tries", profile, 2)),
+    )
+    for key, value in (overrides or {}).items():
+        if value is not None:
+            setattr(opts, key, value)
+    return opts
+
+
+def gdsio_argv(binary: str, opts: StorageOptions, path: str, xfer: int) -> list:
+    # -I 0 sequential read, -x 0 GPU direct / -x 2 storage->CPU->GPU; same file, size, threads, IO size.
+    return [
+        binary,
+        "-f",
+        path,
+        "-d",
+        str(opts.gpu),
+        "-w",
+        str(opts.queue_depth),
+        "-s",
+        str(opts.size_bytes),
+        "-i",
+        f"{opts.block_bytes // 1024}K",
+        "-x",
+        str(xfer),
+        "-I",
+        "0",
+    ]
+
+
+def judge_floor(check_id: str, label: str, gbps: float, threshold: Optional[Threshold], details: dict):
+    if threshold is None:
+        return result(
+            check_id,
+            Status.PASS,
+            f"{label} {gbps:.2f} GB/s; no floor set (verify_thresholds): recorded only",
+            None,
+            round(gbps, 3),
+            "",
+            details,
+        )
+    status, why = threshold.judge(gbps)
+    details["threshold"] = threshold.to_dict()
+    return result(
+        check_id,
+        status,
+        f"{label} {gbps:.2f} GB/s: {why}",
+        threshold.describe() + " GB/s",
+        round(gbps, 3),
+        REMEDIATION if status != Status.PASS else "",
+        details,
+    )
+
+
+def _engine_try(node, check_id: str, argv: list, timeout: float, label: str, judge) -> Try:
+    out = node.run(argv, timeout_s=timeout, env=engine_env())
+    raw = {"argv": argv, "returncode": out.returncode, "stderr_tail": tail(out.stderr)}
+    payload = read_result(out.stdout)
+    if out.timed_out:
+        return Try(
+            result(
+                check_id,
+                Status.ERROR,
+                f"{label} hung: killed after {timeout:.0f} s (partial output kept)",
+                details={"partial_output": raw},
+            )
+        )
+    if payload is None:
+        last = out.stderr.strip().splitlines()[-1] if out.stderr.strip() else f"exit {out.returncode}"
+        return Try(result(check_id, Status.ERROR, f"{label} failed: {last}", details={"partial_output": raw}))
+    judged = judge(payload)
+    judged.details["run"] = raw
+    return Try(judged, {"gbps": payload.get("gbps")})
+
+
+def run_odirect(spec, profile, node, opts: StorageOptions, path: str):
+    threshold = resolve_threshold("storage_odirect_gbps", profile, spec)
+    argv = engine_argv(
+        "verify.bench.odirect_read", ["--file", path, "--block", opts.block_bytes, "--queue-depth", opts.queue_depth]
+    )
+
+    def judge(payload):
+        details = {
+            "file": path,
+            "block_bytes": opts.block_bytes,
+            "queue_depth": opts.queue_depth,
+            "runs": payload["runs"],
+        }
+        return judge_floor(
+            "bench.storage.odirect",
+            f"O_DIRECT {human_bytes(opts.block_bytes)} reads, QD{opts.queue_depth}:",
+            payload["gbps"],
+            threshold,
+            details,
+        )
+
+    return with_retries(
+        lambda i: _engine_try(node, "bench.storage.odirect", argv, opts.timeout_s, "O_DIRECT read", judge),
+        opts.tries,
+        "O_DIRECT read",
+    )
+
+
+def run_cufile(spec, profile, node, opts: StorageOptions, path: str):
+    threshold = resolve_threshold("storage_cufile_gbps", profile, spec)
+    gds_expected = bool((profile or {}).get("gds_expected", False))
+    argv = engine_argv("verify.bench.cufile_read", ["--file", path, "--block", opts.block_bytes, "--gpu", opts.gpu])
+
+    def judge(payload):
+        details = {k: v for k, v in payload.items() if k != "runs"}
+        details["runs"] = payload["runs"]
+        mode = payload.get("mode")
+        judged = judge_floor(
+            "bench.storage.cufile",
+            f"cuFile reads into GPU {opts.gpu} ({mode} mode):",
+            payload["gbps"],
+            threshold,
+            details,
+        )
+        if mode != "gds" and gds_expected:
+            judged.status = Status.FAIL
+            judged.reason = f"cuFile ran in {mode} mode (no nvidia-fs I/O): not GPUDirect, and the profile expects GDS"
+            judged.remediation = GDS_REMEDIATION
+        elif mode != "gds":
+            judged.reason += " (compatibility mode: POSIX reads through a bounce buffer, not GPUDirect)"
+        return judged
+
+    return with_retries(
+        lambda i: _engine_try(node, "bench.storage.cufile", argv, opts.timeout_s, "cuFile read", judge),
+        opts.tries,
+        "cuFile read",
+    )
+
+
+def run_gdsio(spec, profile, node, opts: StorageOptions, path: str, binary: str) -> list:
+    check = None
+    gdscheck = which("gdscheck", getattr(node, "root", "/"))
+    if gdscheck:
+        out = node.run([gdscheck, "-p"], timeout_s=60)
+        check = parse_gdscheck(out.stdout)
+    measured = {}
+    results = []
+    for xfer, name in ((0, "gpud"), (2, "cpu_gpu")):
+        argv = gdsio_argv(binary, opts, path, xfer)
+        out = node.run(argv, timeout_s=opts.timeout_s)
+        runs = parse_gdsio(out.stdout)
+        check_id = f"bench.storage.gdsio.{name}"
+        if out.timed_out or not runs:
+            why = "hung" if out.timed_out else f"exited {out.returncode} without a result line"
+            results.append(
+                result(
+                    check_id,
+                    Status.ERROR,
+                    f"gdsio -x {xfer} {why}",
+                    details={"argv": argv, "stdout_tail": tail(out.stdout), "stderr_tail": tail(out.stderr)},
+                )
+            )
+            continue
+        measured[name] = runs[0]
+        results.append(
+            result(
+                check_id,
+                Status.PASS,
+                f"gdsio -x {xfer} ({runs[0].xfer_type}) {runs[0].throughput_gbps:.2f} GB/s",
+                None,
+                round(runs[0].throughput_gbps, 3),
+                "",
+                {"argv": argv, "run": runs[0].to_dict()},
+            )
+        )
+    if "gpud" in measured and "cpu_gpu" in measured:
+        ratio_threshold = resolve_threshold("gds_vs_cpu_ratio", profile, spec, DERIVED_GDS_RATIO)
+        ratio = measured["gpud"].throughput_gbps / measured["cpu_gpu"].throughput_gbps
+        gpud = results[0]
+        gpud.details["gds_vs_cpu_ratio"] = round(ratio, 3)
+        gpud.details["gdscheck"] = check.to_dict() if check else None
+        if check is not None and not check.gds_possible:
+            gpud.status = Status.WARN
+            gpud.reason += "; gdscheck shows no nvidia-fs/P2PDMA path: this ran in compatibility mode, not GPUDirect"
+            gpud.remediation = GDS_REMEDIATION
+        else:
+            status, why = ratio_threshold.judge(ratio)
+            gpud.status = status
+            gpud.expected = f"GPU direct / CPU path {ratio_threshold.describe()}"
+            gpud.reason += f"; GPU direct / CPU path = {ratio:.2f}: {why}"
+            gpud.remediation = GDS_REMEDIATION if status != Status.PASS else ""
+    return results
+
+
+def run(spec: Optional[dict], profile: Optional[dict], node, overrides: Optional[dict] = None) -> list:
+    opts = options_from(profile, overrides)
+    root = getattr(node, "root", "/")
+    path, created = opts.file, False
+    if not path:
+        path = os.path.join(opts.dir, SCRATCH_NAME)
+        progress(f"storage: writing a {human_bytes(opts.size_bytes)} scratch file {path}")
+        out = node.run(
+            engine_argv(
+                "verify.bench.odirect_read", ["--file", path, "--create-bytes", opts.size_bytes, "--repeat", 0]
+            ),
+            timeout_s=opts.timeout_s,
+            env=engine_env(),
+        )
+        created = True
+        if not out.ok:
+            _remove(path)
+            return [
+                result(
+                    "bench.storage",
+                    Status.ERROR,
+                    f"could not write the scratch file {path}: {out.stderr.strip()[-300:] or out.returncode}",
+                )
+            ]
+    elif not os.path.isfile(path):
+        return [result("bench.storage", Status.ERROR, f"--file {path} does not exist")]
+    results = []
+    try:
+        gdsio = which("gdsio", root) if "gdsio" in opts.engines else None
+        if gdsio:
+            results.extend(run_gdsio(spec, profile, node, opts, path, gdsio))
+        if "odirect" in opts.engines:
+            results.append(run_odirect(spec, profile, node, opts, path))
+        if "cufile" in opts.engines and not gdsio:
+            if module_available("cuda.bindings") and module_available("torch"):
+                results.append(run_cufile(spec, profile, node, opts, path))
+            else:
+                results.append(
+                    result(
+                        "bench.storage.cufile",
+                        Status.SKIP,
+                        "neither gdsio nor cuda-python's cuFile binding (with torch) is installed",
+                    )
+                )
+    finally:
+        if created:
+            _remove(path)
+    return results
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)

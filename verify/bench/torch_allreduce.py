@@ -1,0 +1,182 @@
+"""Built-in all-reduce engine: torch.distributed, one process per GPU (gloo: per CPU rank).
+
+Run as `python3 -m verify.bench.torch_allreduce ...`; it prints one row per size to stderr while
+it runs and one marked JSON line on stdout at the end. Timing follows nccl-tests: `iters`
+back-to-back all-reduces between two CUDA events after `warmup` untimed ones, the slowest rank's
+time counts, algbw = bytes / time, busbw = algbw * 2(n-1)/n, GB = 1e9 bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from datetime import timedelta
+
+from verify.bench.common import emit_result, parse_size
+
+
+def sweep(min_bytes: int, max_bytes: int, factor: int = 2) -> list:
+    """Sizes from min to max by factor, always ending exactly at max (the size that is judged)."""
+    sizes, size = [], max(4, min_bytes)
+    while size < max_bytes:
+        sizes.append(size)
+        size *= factor
+    sizes.append(max_bytes)
+    return sizes
+
+
+def bus_factor(world: int) -> float:
+    return 2.0 * (world - 1) / world if world > 1 else 1.0
+
+
+def _worker(rank: int, world: int, store: str, opts: dict, out_path: str) -> None:
+    import torch
+    import torch.distributed as dist
+
+    backend = opts["backend"]
+    timeout = timedelta(seconds=opts["timeout_s"])
+    kwargs = {
+        "backend": backend,
+        "init_method": f"file://{store}",
+        "rank": rank,
+        "world_size": world,
+        "timeout": timeout,
+    }
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
+        device = torch.device("cuda", rank)
+        kwargs["device_id"] = device  # eager communicator init; torch >= 2.3
+    else:
+        device = torch.device("cpu")
+    try:
+        dist.init_process_group(**kwargs)
+    except TypeError:
+        kwargs.pop("device_id", None)
+        dist.init_process_group(**kwargs)
+
+    def sync() -> None:
+        if backend == "nccl":
+            torch.cuda.synchronize(device)
+
+    factor = bus_factor(world)
+    rows = []
+    for size in sweep(opts["min_bytes"], opts["max_bytes"]):
+        count = max(1, size // 4)
+        nbytes = count * 4
+        tensor = torch.zeros(count, dtype=torch.float32, device=device)
+        for _ in range(opts["warmup"]):
+            dist.all_reduce(tensor)
+        sync()
+        dist.barrier()
+        if backend == "nccl":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(opts["iters"]):
+                dist.all_reduce(tensor)
+            end.record()
+            end.synchronize()
+            seconds = start.elapsed_time(end) / 1000.0 / opts["iters"]
+        else:
+            began = time.perf_counter()
+            for _ in range(opts["iters"]):
+                dist.all_reduce(tensor)
+            seconds = (time.perf_counter() - began) / opts["iters"]
+        slowest = torch.tensor([seconds], dtype=torch.float64, device=device)
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+        seconds = float(slowest.item())
+        # Correctness, like nccl-tests' #wrong: every rank contributes rank+1.
+        tensor.fill_(float(rank + 1))
+        dist.all_reduce(tensor)
+        expected = world * (world + 1) / 2.0
+        wrong = int((tensor != expected).sum().item())
+        wrong_total = torch.tensor([wrong], dtype=torch.int64, device=device)
+        dist.all_reduce(wrong_total)
+        del tensor
+        algbw = nbytes / seconds / 1e9
+        row = {
+            "size_bytes": nbytes,
+            "count": count,
+            "dtype": "float",
+            "redop": "sum",
+            "time_us": seconds * 1e6,
+            "algbw_gbps": algbw,
+            "busbw_gbps": algbw * factor,
+            "wrong": int(wrong_total.item()),
+        }
+        rows.append(row)
+        if rank == 0:
+            print(
+                f"{nbytes:>12} {count:>12}  float  sum  {row['time_us']:10.1f} {algbw:8.2f} {row['busbw_gbps']:8.2f}"
+                f" {row['wrong']:>6}",
+                file=sys.stderr,
+                flush=True,
+            )
+    if rank == 0:
+        meta = {
+            "torch": torch.__version__,
+            "backend": backend,
+            "world_size": world,
+            "rows": rows,
+            "iters": opts["iters"],
+            "warmup": opts["warmup"],
+            "timing": "cuda-events" if backend == "nccl" else "perf_counter",
+        }
+        if backend == "nccl":
+            version = torch.cuda.nccl.version()
+            meta["nccl_version"] = ".".join(str(v) for v in version) if isinstance(version, tuple) else str(version)
+            meta["gpus"] = [torch.cuda.get_device_name(i) for i in range(world)]
+        with open(out_path, "w", encoding="utf-8") as handle:
+            json.dump(meta, handle)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python3 -m verify.bench.torch_allreduce")
+    parser.add_argument("--backend", choices=("nccl", "gloo"), default="nccl")
+    parser.add_argument("--ranks", type=int, required=True, help="processes: one per GPU for nccl")
+    parser.add_argument("--min-bytes", default="8M")
+    parser.add_argument("--max-bytes", default="4G")
+    parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--timeout-s", type=int, default=300, help="process-group timeout")
+    args = parser.parse_args(argv)
+    try:
+        import torch
+        import torch.multiprocessing as mp
+    except ImportError as exc:
+        print(f"torch is not importable: {exc}", file=sys.stderr)
+        return 3
+    if args.backend == "nccl" and (not torch.cuda.is_available() or torch.cuda.device_count() < args.ranks):
+        found = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        print(f"nccl backend needs {args.ranks} CUDA devices, torch sees {found}", file=sys.stderr)
+        return 3
+    opts = {
+        "backend": args.backend,
+        "min_bytes": parse_size(args.min_bytes),
+        "max_bytes": parse_size(args.max_bytes),
+        "iters": args.iters,
+        "warmup": args.warmup,
+        "timeout_s": args.timeout_s,
+    }
+    print(
+        f"{'size(B)':>12} {'count':>12}  type redop {'time(us)':>10} {'algbw':>8} {'busbw':>8} {'#wrong':>6}",
+        file=sys.stderr,
+        flush=True,
+    )
+    with tempfile.TemporaryDirectory(prefix="tunefleet-allreduce-") as tmp:
+        out_path = os.path.join(tmp, "result.json")
+        mp.spawn(_worker, args=(args.ranks, os.path.join(tmp, "store"), opts, out_path), nprocs=args.ranks, join=True)
+        with open(out_path, encoding="utf-8") as handle:
+            payload = json.load(handle)
+    payload["engine"] = "torch"
+    emit_result(payload)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

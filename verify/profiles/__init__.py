@@ -1,0 +1,130 @@
+"""Hardware profiles: benchmark thresholds per hardware class, each number with its source.
+
+A profile is a JSON file in this folder. Its `thresholds` map a threshold key (see KEYS) to
+`{"min": x, "warn": y, "source": "..."}` (or `"max"` for latencies). The desired state's
+`verify.thresholds` overrides any key (a bare number sets the limit), and keys a profile does not
+give fall back to values derived from the node itself (port rate, PCIe link, NVLink count).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+from verify.bench.common import Threshold
+
+PROFILE_DIR = Path(__file__).resolve().parent
+
+# Threshold keys a profile or verify_thresholds may set, with the unit each is in.
+KEYS = {
+    "nccl_allreduce_busbw_gbps": "GB/s busbw at the largest size",
+    "h2d_gbps": "GB/s pinned host-to-device per GPU",
+    "d2h_gbps": "GB/s pinned device-to-host per GPU",
+    "hostcopy_pcie_ratio": "fraction of the PCIe link's theoretical rate",
+    "rdma_bw_port_ratio": "fraction of the port rate (x2 bidirectional)",
+    "rdma_bw_gbps": "Gb/s perftest average bandwidth",
+    "rdma_lat_us": "us perftest typical latency (a ceiling)",
+    "storage_odirect_gbps": "GB/s O_DIRECT 1 MiB reads",
+    "storage_cufile_gbps": "GB/s cuFile reads into GPU memory",
+    "gds_vs_cpu_ratio": "gdsio GPU-direct throughput / CPU path throughput",
+}
+CEILING_KEYS = {"rdma_lat_us"}
+REQUIRED = ("name", "description", "gpu_count", "nvls_expected", "thresholds", "sources")
+
+
+class ProfileError(ValueError):
+    """A profile file is missing or malformed; the message names the file and the key."""
+
+
+def list_profiles() -> list:
+    return sorted(p.stem for p in PROFILE_DIR.glob("*.json"))
+
+
+def load_profile(name: str) -> dict:
+    path = PROFILE_DIR / f"{name}.json"
+    if not path.is_file():
+        raise ProfileError(f"no hardware profile {name!r}; known: {', '.join(list_profiles())}")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ProfileError(f"profile {path.name} is not valid JSON: {exc}") from exc
+    return validate_profile(data, path.name)
+
+
+def validate_profile(data: Any, origin: str) -> dict:
+    if not isinstance(data, dict):
+        raise ProfileError(f"profile {origin}: top level must be a mapping")
+    for key in REQUIRED:
+        if key not in data:
+            raise ProfileError(f"profile {origin}: missing key {key!r}")
+    if not isinstance(data["thresholds"], dict):
+        raise ProfileError(f"profile {origin}: 'thresholds' must be a mapping")
+    for key, entry in data["thresholds"].items():
+        if key not in KEYS:
+            raise ProfileError(f"profile {origin}: unknown threshold {key!r}; known: {', '.join(sorted(KEYS))}")
+        _threshold_from_entry(key, entry, f"profile {origin}")
+        if not str(entry.get("source", "")).strip():
+            raise ProfileError(f"profile {origin}: threshold {key!r} has no source")
+    for key in ("gpu_count", "nvls_expected"):
+        if not str(data["sources"].get(key, "")).strip():
+            raise ProfileError(f"profile {origin}: no source for {key!r}")
+    if "vars" in data and not isinstance(data["vars"], dict):
+        raise ProfileError(f"profile {origin}: 'vars' must be a mapping of role variables")
+    return data
+
+
+def _threshold_from_entry(key: str, entry: Any, origin: str) -> Threshold:
+    kind = "max" if key in CEILING_KEYS else "min"
+    if isinstance(entry, bool) or not isinstance(entry, (int, float, dict)):
+        raise ProfileError(f"{origin}: threshold {key!r} must be a number or a mapping, got {entry!r}")
+    if isinstance(entry, (int, float)):
+        return Threshold(limit=float(entry), kind=kind, source=f"{origin} (override)")
+    if kind not in entry or isinstance(entry[kind], bool) or not isinstance(entry[kind], (int, float)):
+        raise ProfileError(f"{origin}: threshold {key!r} needs a numeric {kind!r}")
+    warn = entry.get("warn")
+    if warn is not None and (isinstance(warn, bool) or not isinstance(warn, (int, float))):
+        raise ProfileError(f"{origin}: threshold {key!r} 'warn' must be a number")
+    return Threshold(
+        limit=float(entry[kind]),
+        warn=None if warn is None else float(warn),
+        kind=kind,
+        source=str(entry.get("source", origin)),
+    )
+
+
+def resolve_threshold(
+    key: str, profile: Optional[dict], spec: Optional[dict], derived: Optional[Threshold] = None
+) -> Optional[Threshold]:
+    """verify_thresholds from the desired state win, then the profile, then what was derived."""
+    if key not in KEYS:
+        raise ProfileError(f"unknown threshold key {key!r}")
+    overrides = ((spec or {}).get("verify") or {}).get("thresholds") or {}
+    if key in overrides:
+        return _threshold_from_entry(key, overrides[key], "verify_thresholds")
+    entry = ((profile or {}).get("thresholds") or {}).get(key)
+    if entry is not None:
+        return _threshold_from_entry(key, entry, f"profile {(profile or {}).get('name', '?')}")
+    return derived
+
+
+def bench_setting(name: str, profile: Optional[dict], default: Any) -> Any:
+    """Benchmark settings (sizes, tries) a profile may tune for its hardware class."""
+    return ((profile or {}).get("bench") or {}).get(name, default)
+
+
+def main(args) -> int:
+    """`tunefleet profiles`: one line per shipped profile."""
+    for name in list_profiles():
+        try:
+            profile = load_profile(name)
+        except ProfileError as exc:
+            print(f"{name}: INVALID: {exc}")
+            continue
+        busbw = (profile["thresholds"].get("nccl_allreduce_busbw_gbps") or {}).get("min")
+        floor = f"all-reduce busbw >= {busbw:g} GB/s" if busbw is not None else "all-reduce busbw derived"
+        print(
+            f"{name:24} {profile['gpu_count']} GPUs  NVLS {'on' if profile['nvls_expected'] else 'off'}  "
+            f"{floor}  {profile['description']}"
+        )
+    return 0
