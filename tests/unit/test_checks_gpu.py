@@ -1,0 +1,189 @@
+"""GPU checks without a GPU: a fake NVML module, replayed nvidia-smi output, fake driver files.
+
+The nvidia-smi CSV lines below follow the documented `--query-gpu ... --format=csv,noheader,nounits`
+layout; the lead replaces them with output captured on the GPU machine (see the fixtures README).
+"""
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+
+from tests.helpers.fake_node import FakeTree, desired_state
+from tests.helpers.replay import ReplayRunner
+from verify.checks import gpu_persistence, gpu_query, nccl_conf, peermem, versions
+from verify.result import Status
+from verify.runner import CommandOutput
+
+PROPRIETARY = ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.183.01  Sun May 12 19:39:15 UTC 2024\n"
+               "GCC version:  gcc version 12.3.0 (Ubuntu 12.3.0-1ubuntu1~22.04)\n")
+OPEN = ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  "
+        "(dvs-builder@U22-I3-AE18-09-3)  Wed Jan 14 10:00:00 UTC 2026\n")
+
+
+def gpu_tree(tmp_path, banner=OPEN, release="6.8.0-60-generic"):
+    tree = FakeTree(tmp_path).write("/proc/driver/nvidia/version", banner)
+    return tree.write("/proc/sys/kernel/osrelease", release + "\n")
+
+
+def smi(stdout, rc=0):
+    return ReplayRunner({"nvidia-smi": CommandOutput(gpu_query.SMI_ARGV, rc, stdout, "", 0.1)})
+
+
+@pytest.fixture
+def no_pynvml(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # `import pynvml` raises ImportError
+
+
+def test_no_driver_skips_every_gpu_check(tmp_path):
+    node = FakeTree(tmp_path).node(live=True)
+    spec = desired_state()
+    for check in (gpu_persistence.run, peermem.run, nccl_conf.run, versions.run):
+        for result in check(spec, node):
+            assert result.status is Status.SKIP and "no NVIDIA driver" in result.reason
+
+
+def test_nvidia_smi_fallback_judges_each_gpu(tmp_path, no_pynvml):
+    rows = ("0, 00000000:18:00.0, NVIDIA H100 80GB HBM3, Enabled, 580.159.04, 81559\n"
+            "1, 00000000:2A:00.0, NVIDIA H100 80GB HBM3, Disabled, 580.159.04, 81559\n")
+    node = gpu_tree(tmp_path).node(runner=smi(rows), live=True)
+    results = {r.check_id: r for r in gpu_persistence.run(desired_state(), node)}
+    assert results["gpu.persistence_mode.0"].status is Status.PASS
+    off = results["gpu.persistence_mode.1"]
+    assert off.status is Status.FAIL and "00000000:2A:00.0" in off.reason
+    assert "gpu_persistence_mode" in off.remediation
+
+
+def test_nvidia_smi_failure_is_a_skip_with_its_message(tmp_path, no_pynvml):
+    runner = ReplayRunner({"nvidia-smi": CommandOutput(gpu_query.SMI_ARGV, 9, "NVIDIA-SMI has failed because it "
+                                                       "couldn't communicate with the NVIDIA driver.\n", "", 0.1)})
+    result = gpu_persistence.run(desired_state(), gpu_tree(tmp_path).node(runner=runner, live=True))[0]
+    assert result.status is Status.SKIP and "couldn't communicate" in result.reason
+
+
+@pytest.mark.parametrize("rows", [
+    "0, 00000000:18:00.0, NVIDIA H100, Sometimes, 580.159.04, 81559\n",
+    "garbage\n",
+    "x, 00000000:18:00.0, NVIDIA H100, Enabled, 580.159.04, 81559\n",
+])
+def test_malformed_smi_output_raises_parse_error(rows):
+    with pytest.raises(gpu_query.SmiParseError):
+        gpu_query.parse_smi_csv(rows)
+
+
+def test_nvml_is_used_when_pynvml_loads(tmp_path, monkeypatch):
+    fake = types.SimpleNamespace(
+        NVMLError=RuntimeError, NVML_FEATURE_ENABLED=1,
+        nvmlInit=lambda: None, nvmlShutdown=lambda: None,
+        nvmlSystemGetDriverVersion=lambda: "580.159.04", nvmlSystemGetCudaDriverVersion_v2=lambda: 13000,
+        nvmlDeviceGetCount=lambda: 2, nvmlDeviceGetHandleByIndex=lambda i: i,
+        nvmlDeviceGetPersistenceMode=lambda h: 1 if h == 0 else 0,
+        nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(total=150 * 2**30),
+        nvmlDeviceGetPciInfo=lambda h: types.SimpleNamespace(busId=f"00000000:{h + 0x18:02X}:00.0".encode()),
+        nvmlDeviceGetName=lambda h: b"NVIDIA H200",
+    )
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    runner = ReplayRunner()
+    node = gpu_tree(tmp_path).node(runner=runner, live=True)
+    inventory = gpu_query.query_gpus(node)
+    assert (inventory.source, inventory.cuda_driver_version, inventory.gpus[1].bus_id) == \
+        ("nvml", "13.0", "00000000:19:00.0")
+    assert [r.status for r in gpu_persistence.run(desired_state(), node)] == [Status.PASS, Status.FAIL]
+    assert runner.calls == []  # NVML answered; nvidia-smi never ran
+
+
+def test_banner_parse():
+    assert gpu_query.parse_driver_banner(OPEN) == ("580.159.04", True)
+    assert gpu_query.parse_driver_banner(PROPRIETARY) == ("535.183.01", False)
+
+
+def test_peermem_loaded_passes(tmp_path):
+    tree = gpu_tree(tmp_path, banner=PROPRIETARY)
+    tree.write("/proc/modules", "nvidia_peermem 16384 0 - Live 0x0000000000000000 (POE)\n"
+                                "nvidia 54001664 1 nvidia_peermem, Live 0x0000000000000000 (POE)\n")
+    assert peermem.run(desired_state(), tree.node())[0].status is Status.PASS
+
+
+def test_dmabuf_stack_passes_only_when_peermem_is_not_asked_by_name(tmp_path):
+    tree = gpu_tree(tmp_path, banner=OPEN, release="6.8.0-60-generic")
+    rdma_only = desired_state(gpu={"nvidia_peermem": False, "rdma_expected": True})
+    ok = peermem.run(rdma_only, tree.node())[0]
+    assert ok.status is Status.PASS and "DMA-BUF" in ok.observed and "open kernel module" in ok.observed
+    asked = peermem.run(desired_state(), tree.node())[0]
+    assert asked.status is Status.FAIL and "could use DMA-BUF" in asked.reason
+
+
+@pytest.mark.parametrize("banner, release, why", [
+    (PROPRIETARY, "6.8.0-60-generic", "proprietary kernel module"),
+    (OPEN, "5.4.0-150-generic", "kernel < 5.12"),
+])
+def test_no_peermem_and_no_dmabuf_fails_saying_which(tmp_path, banner, release, why):
+    spec = desired_state(gpu={"nvidia_peermem": False, "rdma_expected": True})
+    result = peermem.run(spec, gpu_tree(tmp_path, banner, release).node())[0]
+    assert result.status is Status.FAIL and why in result.reason
+
+
+def test_nccl_conf_exact_extra_and_wrong(tmp_path):
+    tree = gpu_tree(tmp_path)
+    tree.write("/etc/nccl.conf", "# managed by tunefleet\nNCCL_DEBUG=WARN\nNCCL_IB_HCA=mlx5\n")
+    assert nccl_conf.run(desired_state(), tree.node())[0].status is Status.PASS
+    tree.write("/etc/nccl.conf", "NCCL_DEBUG=WARN\nNCCL_IB_HCA=mlx5\nNCCL_SOCKET_IFNAME=eth0\n")
+    extra = nccl_conf.run(desired_state(), tree.node())[0]
+    assert extra.status is Status.WARN and "NCCL_SOCKET_IFNAME" in extra.reason
+    tree.write("/etc/nccl.conf", "NCCL_DEBUG=INFO\n")
+    wrong = nccl_conf.run(desired_state(), tree.node())[0]
+    assert wrong.status is Status.FAIL and "NCCL_DEBUG='INFO'" in wrong.reason
+
+
+def test_nccl_conf_missing_file_fails_and_bad_line_raises(tmp_path):
+    tree = gpu_tree(tmp_path)
+    assert nccl_conf.run(desired_state(), tree.node())[0].status is Status.FAIL
+    with pytest.raises(nccl_conf.NcclConfParseError, match="line 2"):
+        nccl_conf.parse_nccl_conf("NCCL_DEBUG=WARN\nthis is not a setting\n")
+
+
+def _nccl_tree(tmp_path, header_version=(2, 28, 3), wheel="nvidia_nccl_cu13-2.28.9.dist-info"):
+    tree = gpu_tree(tmp_path)
+    major, minor, patch = header_version
+    tree.write("/usr/include/nccl.h", f"#define NCCL_MAJOR {major}\n#define NCCL_MINOR {minor}\n"
+                                      f"#define NCCL_PATCH {patch}\n#define NCCL_SUFFIX \"\"\n")
+    tree.mkdir(f"/usr/local/lib/python3.12/dist-packages/{wheel}")
+    return tree
+
+
+def test_nccl_versions_differ_is_a_warning(tmp_path, no_pynvml):
+    # the GPU machine's pair (ENVIRONMENT.md): torch's NCCL 2.28.9 wheel, system nccl.h 2.28.3
+    node = _nccl_tree(tmp_path).node(runner=smi("0, 00000000:18:00.0, NVIDIA H200, Enabled, 580.159.04, 143771\n"),
+                                     live=False)
+    result = versions.run(desired_state(), node)[0]
+    assert result.status is Status.WARN and "2.28.9" in result.reason and "2.28.3" in result.reason
+    assert "no role variable" in result.remediation
+
+
+def test_nccl_versions_equal_pass_and_lib_file_name_counts(tmp_path):
+    tree = gpu_tree(tmp_path)
+    tree.write("/usr/lib/x86_64-linux-gnu/libnccl.so.2.21.5", "")
+    tree.mkdir("/usr/lib/python3/dist-packages/nvidia_nccl_cu12-2.21.5.dist-info")
+    result = versions.run(desired_state(), tree.node())[0]
+    assert result.status is Status.PASS and result.observed == "2.21.5"
+
+
+def test_cuda_runtime_newer_than_driver(tmp_path):
+    assert versions.judge_cuda(("13.0", "x"), "12.4", "550.54").status is Status.FAIL
+    assert versions.judge_cuda(("12.8", "x"), "12.4", "550.54").status is Status.WARN
+    assert versions.judge_cuda(("12.4", "x"), "13.0", "580.159.04").status is Status.PASS
+    assert versions.judge_cuda(("12.4", "x"), None, None).status is Status.SKIP
+
+
+def test_config_checks_never_import_torch(tmp_path):
+    """In a fresh interpreter (torch may already be loaded in this one by other tests)."""
+    import json
+    import subprocess
+
+    root = _nccl_tree(tmp_path).root
+    code = ("import json, sys; from verify.checks import run_checks; from verify.node import Node; "
+            f"run_checks(json.loads({json.dumps(json.dumps(desired_state()))}), Node(root={str(root)!r})); "
+            "print('torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
