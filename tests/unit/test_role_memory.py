@@ -1,0 +1,246 @@
+"""memory role: huge page and THP modules against fake and real kernel trees, and the cmdline filters."""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def load_plugin(kind: str, name: str):
+    spec = importlib.util.spec_from_file_location(f"tf_{kind}_{name}", ROOT / "plugins" / kind / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the file executes
+    spec.loader.exec_module(module)
+    return module
+
+
+hugepages = load_plugin("modules", "memory_hugepages")
+thp = load_plugin("modules", "memory_thp")
+memory_filters = load_plugin("filter", "memory")
+
+
+# --- transparent huge pages -------------------------------------------------------------
+
+def make_thp(root: Path, enabled: str = "always [madvise] never",
+             defrag: str = "always defer defer+madvise [madvise] never") -> Path:
+    base = root / "kernel/mm/transparent_hugepage"
+    base.mkdir(parents=True)
+    (base / "enabled").write_text(enabled + "\n")
+    (base / "defrag").write_text(defrag + "\n")
+    return base
+
+
+class BracketingFile:
+    """sysfs THP files print every mode with the selected one in brackets; a plain file would
+    echo back what was written, so the fake rewrites itself the way the kernel prints it."""
+
+    @staticmethod
+    def settle(base: Path) -> None:
+        for name in ("enabled", "defrag"):
+            text = (base / name).read_text().strip()
+            if "[" not in text:
+                offered = {"enabled": "always madvise never",
+                           "defrag": "always defer defer+madvise madvise never"}[name].split()
+                (base / name).write_text(" ".join(f"[{m}]" if m == text else m for m in offered) + "\n")
+
+
+def test_thp_reads_the_bracketed_mode():
+    assert thp.parse_modes("always defer defer+madvise [madvise] never") == (
+        "madvise", ["always", "defer", "defer+madvise", "madvise", "never"])
+
+
+def test_thp_check_mode_reports_and_writes_nothing(tmp_path):
+    base = make_thp(tmp_path)
+    result = thp.apply(str(tmp_path), {"enabled": "always", "defrag": "madvise"}, check_mode=True)
+    assert result["changed"] is True
+    assert result["paths"] == [str(base / "enabled")]
+    assert result["settings"]["enabled"]["before"] == "madvise"
+    assert result["settings"]["enabled"]["after"] == "always"
+    assert "enabled: madvise" in result["diff"]["before"] and "enabled: always" in result["diff"]["after"]
+    assert (base / "enabled").read_text().strip() == "always [madvise] never"
+
+
+def test_thp_writes_only_what_differs(tmp_path, monkeypatch):
+    base = make_thp(tmp_path)
+    real_read = thp.read_mode
+
+    def read_as_kernel(root, name):
+        BracketingFile.settle(base)
+        return real_read(root, name)
+
+    monkeypatch.setattr(thp, "read_mode", read_as_kernel)
+    result = thp.apply(str(tmp_path), {"enabled": "always", "defrag": "madvise"}, check_mode=False)
+    assert result["changed"] is True and result["paths"] == [str(base / "enabled")]
+    assert (base / "enabled").read_text().strip() == "[always] madvise never"
+    again = thp.apply(str(tmp_path), {"enabled": "always", "defrag": "madvise"}, check_mode=False)
+    assert again["changed"] is False
+
+
+def test_thp_mode_not_offered_is_refused_before_writing(tmp_path):
+    base = make_thp(tmp_path, enabled="always [never]")
+    with pytest.raises(thp.ThpError, match=r"memory_thp_enabled 'madvise' is not offered .*always never"):
+        thp.apply(str(tmp_path), {"enabled": "madvise", "defrag": "madvise"}, check_mode=False)
+    assert (base / "enabled").read_text().strip() == "always [never]"
+
+
+def test_thp_absent_kernel_is_skipped(tmp_path):
+    result = thp.apply(str(tmp_path), {"enabled": "madvise", "defrag": "madvise"}, check_mode=False)
+    assert result["thp"] is False and result["changed"] is False
+
+
+def test_thp_plan_on_this_machine():
+    # Real kernel files, read only: the dev machine's kernel has THP (ENVIRONMENT.md).
+    current = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+    selected = current[current.index("[") + 1:current.index("]")]
+    result = thp.apply("/sys", {"enabled": selected, "defrag": "madvise"}, check_mode=True)
+    assert result["thp"] is True
+    assert result["settings"]["enabled"]["before"] == selected
+    assert "enabled" not in [Path(p).name for p in result["paths"]]
+
+
+# --- 2 MiB huge pages --------------------------------------------------------------------
+
+def make_node_tree(tmp_path: Path, nodes: dict, default_kb: int = 2048, total: int = 0) -> tuple:
+    proc, sysfs = tmp_path / "proc", tmp_path / "sys"
+    (proc / "sys/vm").mkdir(parents=True)
+    (proc / "meminfo").write_text(f"MemTotal:       24576000 kB\nHugepagesize:       {default_kb} kB\n")
+    (proc / "sys/vm/nr_hugepages").write_text(f"{total}\n")
+    for node, count in nodes.items():
+        d = sysfs / f"devices/system/node/node{node}/hugepages/hugepages-2048kB"
+        d.mkdir(parents=True)
+        (d / "nr_hugepages").write_text(f"{count}\n")
+    return str(proc), str(sysfs)
+
+
+def node_count(sysfs: str, node: int) -> int:
+    path = Path(sysfs) / f"devices/system/node/node{node}/hugepages/hugepages-2048kB/nr_hugepages"
+    return int(path.read_text())
+
+
+def test_total_is_written_and_read_back(tmp_path):
+    proc, sysfs = make_node_tree(tmp_path, {0: 0})
+    result = hugepages.apply(1024, {}, proc, sysfs, check_mode=False)
+    assert result["changed"] is True
+    assert result["pages"] == [{"name": "total", "path": f"{proc}/sys/vm/nr_hugepages",
+                                "before": 0, "after": 1024, "wanted": 1024}]
+    assert hugepages.apply(1024, {}, proc, sysfs, check_mode=False)["changed"] is False
+
+
+def test_per_node_accepts_every_spelling_of_a_node(tmp_path):
+    proc, sysfs = make_node_tree(tmp_path, {0: 0, 1: 0})
+    result = hugepages.apply(None, {"node1": 512, 0: "256"}, proc, sysfs, check_mode=False)
+    assert [p["name"] for p in result["pages"]] == ["node0", "node1"]
+    assert (node_count(sysfs, 0), node_count(sysfs, 1)) == (256, 512)
+
+
+def test_check_mode_writes_nothing(tmp_path):
+    proc, sysfs = make_node_tree(tmp_path, {0: 8})
+    result = hugepages.apply(None, {0: 16}, proc, sysfs, check_mode=True)
+    assert result["changed"] is True and result["pages"][0]["after"] == 16
+    assert node_count(sysfs, 0) == 8
+
+
+def test_shortfall_restores_previous_counts_and_fails(tmp_path):
+    # The kernel reserves what it can: model a node with room for only 100 pages.
+    proc, sysfs = make_node_tree(tmp_path, {0: 10, 1: 10})
+
+    def kernel_with_little_memory(path: str, value: int) -> None:
+        Path(path).write_text(str(min(value, 100)))
+
+    with pytest.raises(hugepages.HugepagesError) as failure:
+        hugepages.apply(None, {0: 50, 1: 400}, proc, sysfs, check_mode=False, writer=kernel_with_little_memory)
+    assert "node1: 100 of 400" in str(failure.value)
+    assert "node0: 10, node1: 10" in str(failure.value)
+    assert (node_count(sysfs, 0), node_count(sysfs, 1)) == (10, 10)
+
+
+def test_both_total_and_per_node_is_refused(tmp_path):
+    proc, sysfs = make_node_tree(tmp_path, {0: 0})
+    with pytest.raises(hugepages.HugepagesError, match="both set"):
+        hugepages.apply(64, {0: 64}, proc, sysfs, check_mode=False)
+
+
+def test_missing_node_is_named_with_the_nodes_that_exist(tmp_path):
+    proc, sysfs = make_node_tree(tmp_path, {0: 0})
+    with pytest.raises(hugepages.HugepagesError, match=r"NUMA node 3 .*nodes on this host: node0"):
+        hugepages.apply(None, {3: 64}, proc, sysfs, check_mode=False)
+
+
+@pytest.mark.parametrize("bad", [True, -1, "many", 1.5])
+def test_bad_counts_are_refused(tmp_path, bad):
+    proc, sysfs = make_node_tree(tmp_path, {0: 0})
+    with pytest.raises(hugepages.HugepagesError, match="not a page count"):
+        hugepages.apply(None, {0: bad}, proc, sysfs, check_mode=False)
+
+
+def test_total_refused_when_default_page_size_is_1g(tmp_path):
+    proc, sysfs = make_node_tree(tmp_path, {0: 0}, default_kb=1048576)
+    with pytest.raises(hugepages.HugepagesError, match="default huge page size here is 1048576 kB"):
+        hugepages.apply(64, {}, proc, sysfs, check_mode=False)
+
+
+@pytest.mark.slow
+@pytest.mark.root
+def test_real_kernel_round_trip_with_a_tiny_count():
+    """vm.nr_hugepages is host-wide: move it by two pages and put it back."""
+    path = Path("/proc/sys/vm/nr_hugepages")
+    if not path.exists() or not __import__("os").access(path, __import__("os").W_OK):
+        pytest.skip("needs root and hugetlbfs")
+    before = int(path.read_text())
+    try:
+        result = hugepages.apply(before + 2, {}, "/proc", "/sys", check_mode=False)
+        assert result["changed"] is True and int(path.read_text()) == before + 2
+        assert hugepages.apply(before + 2, {}, "/proc", "/sys", check_mode=False)["changed"] is False
+    finally:
+        path.write_text(str(before))
+    assert int(path.read_text()) == before
+
+
+# --- kernel command line filters ------------------------------------------------------
+
+# The kernel parameters of this dev machine (Firecracker guest, `cat /proc/cmdline`, cut before the
+# init's own `--` arguments), and the GB200 kernel arguments of NVIDIA/skyhook-packages'
+# nvidia-gb200-performance profile (anchors_provisioning.md section 9).
+DEV_CMDLINE = ("mitigations=auto,no_guest_host,no_guest_guest console=ttyS0 quiet reboot=k panic=1 nomodule "
+               "random.trust_cpu=1 swiotlb=noforce psi=1 nvproxy.enable=1 page_reporting.page_reporting_order=11 "
+               "deferred_init=lazy nested_pvm=1 rcupdate.rcu_cpu_stall_cputime=1 cpuidle_haltpoll.force=1 "
+               "haltpoll.guest_halt_poll_ns=0 sched_vcpu_pack=15 rdinit=/process_api")
+GB200_ARGS = "iommu.passthrough=1 numa_balancing=disable hugepagesz=2M hugepages=5128 hugepagesz=1G hugepages=2"
+
+
+def test_cmdline_without_huge_pages():
+    assert memory_filters.memory_cmdline_hugepages(DEV_CMDLINE) == {}
+
+
+def test_cmdline_pairs_each_count_with_the_size_before_it():
+    assert memory_filters.memory_cmdline_hugepages(GB200_ARGS) == {2048: 5128, 1048576: 2}
+
+
+def test_count_without_size_goes_to_the_default_size():
+    assert memory_filters.memory_cmdline_hugepages("default_hugepagesz=1G hugepages=8") == {1048576: 8}
+    assert memory_filters.memory_cmdline_hugepages("hugepages=8 ro") == {2048: 8}
+
+
+def test_reboot_needed_until_the_kernel_booted_with_the_count():
+    assert memory_filters.memory_boot_1g_differs(DEV_CMDLINE, 4) is True
+    assert memory_filters.memory_boot_1g_differs(GB200_ARGS, 2) is False
+    assert memory_filters.memory_boot_1g_differs(GB200_ARGS, 4) is True
+
+
+def test_grub_args():
+    assert memory_filters.memory_grub_args(4) == "hugepagesz=1G hugepages=4"
+    assert memory_filters.memory_grub_args(0) == ""
+    with pytest.raises(Exception, match="not a page count"):
+        memory_filters.memory_grub_args(True)
+
+
+def test_defaults_match_argument_specs():
+    defaults = yaml.safe_load((ROOT / "roles/memory/defaults/main.yml").read_text())
+    specs = yaml.safe_load((ROOT / "roles/memory/meta/argument_specs.yml").read_text())
+    options = specs["argument_specs"]["main"]["options"]
+    assert {name: spec.get("default") for name, spec in options.items()} == defaults
