@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from verify.runner import CommandOutput, run_command
+
+_INTEGER = re.compile(r"-?[0-9]+")
 
 
 class ReadError(ValueError):
@@ -55,10 +58,9 @@ class Node:
         text = self.read_value(absolute)
         if text is None:
             return None
-        try:
-            return int(text)
-        except ValueError:
-            raise ReadError(f"{absolute} should hold an integer, holds {text[:40]!r}") from None
+        if not _INTEGER.fullmatch(text):
+            raise ReadError(f"{absolute} should hold an integer, holds {text[:40]!r}")
+        return int(text)
 
     def listdir(self, absolute: str) -> list:
         try:

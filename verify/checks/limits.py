@@ -214,9 +214,10 @@ def judge_systemd(key: str, expected: object, configured: object, running: objec
     if running is not None:
         observed["running manager"] = show(running)
     if configured != expected and not (configured is None and running == expected):
+        setting = f"DefaultLimit{key.split('_')[1].upper()}"
+        found = f"sets {setting}={configured}" if configured is not None else f"does not set {setting}"
         return result(check_id, ROLE, Status.FAIL, expected, observed,
-                      f"system.conf(.d) sets DefaultLimit{key.split('_')[1].upper()}={show(configured)}, "
-                      f"the desired state says {expected}", variable)
+                      f"system.conf(.d) {found}, the desired state says {expected}", variable)
     if running is not None and running != expected:
         return result(check_id, ROLE, Status.FAIL, expected, observed,
                       f"configured {expected} but the running systemd uses {running}: "
