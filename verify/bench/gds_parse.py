@@ -8,6 +8,8 @@ from typing import Optional
 
 GIB = float(1 << 30)
 _PAIR = re.compile(r"(\w+):\s+([^\s,]+)")
+# libcufile's own log (CUFILE_LOGGING_LEVEL=INFO) prints the same report with this prefix per line.
+_LOG_PREFIX = re.compile(r"^\s*\d+-\d+-\d+ [\d:]+ \[pid=\d+ tid=\d+\]\s+[A-Z]+\s+\S+\s")
 
 
 @dataclass
@@ -98,7 +100,7 @@ def parse_gdscheck(text: str) -> GdsCheck:
     check = GdsCheck()
     section = ""
     for raw in text.splitlines():
-        line = raw.strip()
+        line = _LOG_PREFIX.sub("", raw).strip()
         version = re.match(r"GDS release version:\s*(\S+)", line)
         if version:
             check.gds_version = version.group(1)

@@ -1,7 +1,317 @@
-"""Placeholder replaced below."""
+"""RDMA perftest per HCA: loopback on this node, or server on a peer and client here.
+
+The server runs in a thread through the same runner as the client, with a longer timeout, so
+a client that fails leaves no server behind: the runner kills the server's process group when
+its timeout passes (on a peer, `timeout` bounds the remote server the same way).
+"""
 
 from __future__ import annotations
 
+import os
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Optional
 
-def run(spec, profile, node, overrides=None) -> list:
-    return []
+from verify.bench.common import Threshold, Try, last_line, progress, result, tail, which, with_retries
+from verify.bench.perftest_parse import parse_json, parse_port_rate, parse_text
+from verify.profiles import bench_setting, resolve_threshold
+from verify.result import CheckResult, Status
+
+TESTS = {
+    "write_bw": "ib_write_bw",
+    "read_bw": "ib_read_bw",
+    "send_bw": "ib_send_bw",
+    "write_lat": "ib_write_lat",
+    "send_lat": "ib_send_lat",
+}
+DERIVED_RATIO = Threshold(
+    limit=0.9, warn=0.95, source="derived: Mellanox/ngc_multinode_perf common.sh, 0.9 x port rate (x2 bidirectional)"
+)
+REMEDIATION = (
+    "network: network_mtu / network_ring; check the HCA link (ibstat), cabling and nvidia_peermem for --use_cuda"
+)
+ROCE_DEFAULT_GID = 3  # RoCE v2 over IPv4 on mlx5 (anchors_verify.md 4.5; perftest#44)
+
+
+@dataclass
+class Port:
+    device: str
+    port: int
+    rate_gbits: Optional[float]
+    link_layer: str
+    state: str
+
+    @property
+    def active(self) -> bool:
+        return "ACTIVE" in self.state
+
+
+@dataclass
+class PerftestOptions:
+    tests: list = field(default_factory=lambda: ["write_bw"])
+    devices: Optional[list] = None
+    peer: Optional[str] = None
+    gid_index: Optional[int] = None
+    use_cuda: Optional[int] = None
+    bidirectional: bool = False
+    size_bytes: int = 8 << 20
+    duration_s: int = 5
+    port: int = 18515
+    tries: int = 2
+    timeout_s: float = 60.0
+    server_start_s: float = 1.0
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read().strip()
+    except OSError:
+        return ""
+
+
+def discover_ports(root: str) -> list:
+    base = os.path.join(root, "sys", "class", "infiniband")
+    ports = []
+    for device in sorted(os.listdir(base)) if os.path.isdir(base) else []:
+        port_dir = os.path.join(base, device, "ports")
+        for number in sorted(os.listdir(port_dir)) if os.path.isdir(port_dir) else []:
+            here = os.path.join(port_dir, number)
+            ports.append(
+                Port(
+                    device,
+                    int(number),
+                    parse_port_rate(_read(os.path.join(here, "rate"))),
+                    _read(os.path.join(here, "link_layer")),
+                    _read(os.path.join(here, "state")),
+                )
+            )
+    return ports
+
+
+def perftest_argv(
+    tool: str, port: Port, opts: PerftestOptions, tcp_port: int, server: Optional[str], json_file: Optional[str]
+) -> list:
+    """One side's argv; the client is the side given the server's address."""
+    argv = [tool, "-d", port.device, "-i", str(port.port), "-p", str(tcp_port), "-F"]
+    bandwidth = tool.endswith("_bw")
+    if bandwidth:
+        argv += ["--report_gbits", "-s", str(opts.size_bytes), "-D", str(opts.duration_s)]
+        if opts.bidirectional:
+            argv.append("-b")
+    gid = opts.gid_index
+    if gid is None and port.link_layer.lower() == "ethernet":
+        gid = ROCE_DEFAULT_GID
+    if gid is not None:
+        argv += ["-x", str(gid)]
+    if opts.use_cuda is not None and bandwidth:
+        argv.append(f"--use_cuda={opts.use_cuda}")
+    if json_file:
+        argv += ["--out_json", f"--out_json_file={json_file}"]
+    if server:
+        argv.append(server)
+    return argv
+
+
+def bw_threshold(profile, spec, port: Port, bidirectional: bool) -> Optional[Threshold]:
+    absolute = resolve_threshold("rdma_bw_gbps", profile, spec)
+    if absolute is not None:
+        return absolute
+    ratio = resolve_threshold("rdma_bw_port_ratio", profile, spec, DERIVED_RATIO)
+    if port.rate_gbits is None:
+        return None
+    line = port.rate_gbits * (2 if bidirectional else 1)
+    return Threshold(
+        limit=round(ratio.limit * line, 2),
+        warn=None if ratio.warn is None else round(ratio.warn * line, 2),
+        source=f"{ratio.limit:g} x {line:g} Gb/s port rate ({ratio.source})",
+    )
+
+
+def judge(
+    check_id: str, parsed, port: Port, test: str, threshold: Optional[Threshold], latency_ceiling: Optional[Threshold]
+) -> CheckResult:
+    """Pure: a parsed perftest result -> the check result."""
+    row = parsed.largest
+    details = {
+        "device": port.device,
+        "port": port.port,
+        "rate_gbits": port.rate_gbits,
+        "link_layer": port.link_layer,
+        "rows": [r.to_dict() for r in parsed.rows],
+        "warnings": parsed.warnings,
+    }
+    if row is None:
+        return result(check_id, Status.ERROR, f"{TESTS[test]} printed no result row", details=details)
+    if test.endswith("_lat"):
+        typical = row.latency_us.get("t_typical")
+        if typical is None:
+            return result(check_id, Status.ERROR, "no typical latency in the output", details=details)
+        if latency_ceiling is None:
+            return result(
+                check_id,
+                Status.PASS,
+                f"typical latency {typical:.2f} us at {row.size_bytes} B: recorded only",
+                None,
+                typical,
+                "",
+                details,
+            )
+        status, why = latency_ceiling.judge(typical)
+        return result(
+            check_id,
+            status,
+            f"typical latency {typical:.2f} us: {why}",
+            latency_ceiling.describe() + " us",
+            typical,
+            REMEDIATION if status != Status.PASS else "",
+            details,
+        )
+    average = row.bw_avg_gbits
+    if average is None:
+        return result(check_id, Status.ERROR, "no average bandwidth in the output", details=details)
+    if threshold is None:
+        return result(
+            check_id,
+            Status.PASS,
+            f"{average:.1f} Gb/s at {row.size_bytes} B; port rate unknown: recorded only",
+            None,
+            average,
+            "",
+            details,
+        )
+    details["threshold"] = threshold.to_dict()
+    status, why = threshold.judge(average)
+    return result(
+        check_id,
+        status,
+        f"{average:.1f} Gb/s at {row.size_bytes} B: {why} ({threshold.source})",
+        threshold.describe() + " Gb/s",
+        average,
+        REMEDIATION if status != Status.PASS else "",
+        details,
+    )
+
+
+def run_pair(node, server_argv: list, client_argv: list, opts: PerftestOptions) -> tuple:
+    """(server output, client output). The server gets 10 s more than the client to finish."""
+    holder: dict = {}
+
+    def serve() -> None:
+        holder["server"] = node.run(server_argv, timeout_s=opts.timeout_s + 10)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    time.sleep(opts.server_start_s)
+    client = node.run(client_argv, timeout_s=opts.timeout_s)
+    thread.join(opts.timeout_s + 20)
+    return holder.get("server"), client
+
+
+def measure_one(node, port: Port, test: str, opts: PerftestOptions, tcp_port: int, tool: str) -> tuple:
+    """(parsed or None, error or None, raw) for one test on one HCA."""
+    with tempfile.TemporaryDirectory(prefix="tunefleet-perftest-") as tmp:
+        json_file = os.path.join(tmp, "client.json")
+        server_argv = perftest_argv(tool, port, opts, tcp_port, None, None)
+        if opts.peer:
+            server_argv = [
+                "ssh",
+                "-o",
+                "BatchMode=yes",
+                opts.peer,
+                "timeout",
+                str(int(opts.timeout_s + 10)),
+                *server_argv,
+            ]
+        client_argv = perftest_argv(tool, port, opts, tcp_port, opts.peer or "127.0.0.1", json_file)
+        server, client = run_pair(node, server_argv, client_argv, opts)
+        raw = {
+            "server_argv": server_argv,
+            "client_argv": client_argv,
+            "client_returncode": client.returncode,
+            "client_stdout_tail": tail(client.stdout),
+            "client_stderr_tail": tail(client.stderr),
+            "server_stderr_tail": tail(server.stderr) if server else "(server did not return)",
+        }
+        if client.timed_out:
+            return None, f"{tool} client hung: killed after {opts.timeout_s:.0f} s (server killed by its timeout)", raw
+        text = ""
+        if os.path.isfile(json_file):
+            with open(json_file, encoding="utf-8") as handle:
+                text = handle.read()
+        try:
+            parsed = parse_json(text) if text.strip() else parse_text(client.stdout)
+        except ValueError:
+            parsed = parse_text(client.stdout)
+        if not parsed.rows:
+            return (
+                None,
+                f"{tool} exited {client.returncode} without a result: {last_line(client.stderr or client.stdout)}",
+                raw,
+            )
+        return parsed, None, raw
+
+
+def options_from(profile: Optional[dict], overrides: Optional[dict]) -> PerftestOptions:
+    opts = PerftestOptions(
+        tests=list(bench_setting("rdma_tests", profile, ["write_bw"])), tries=int(bench_setting("tries", profile, 2))
+    )
+    for key, value in (overrides or {}).items():
+        if value is not None:
+            setattr(opts, key, value)
+    return opts
+
+
+def run(spec: Optional[dict], profile: Optional[dict], node, overrides: Optional[dict] = None) -> list:
+    opts = options_from(profile, overrides)
+    unknown = [t for t in opts.tests if t not in TESTS]
+    if unknown:
+        return [result("bench.rdma", Status.ERROR, f"unknown perftest test(s) {unknown}; known: {', '.join(TESTS)}")]
+    root = getattr(node, "root", "/")
+    ports = [p for p in discover_ports(root) if p.active and (not opts.devices or p.device in opts.devices)]
+    if not ports:
+        return [
+            result("bench.rdma", Status.SKIP, "no active RDMA port under /sys/class/infiniband (no HCA on this node)")
+        ]
+    results = []
+    latency_ceiling = resolve_threshold("rdma_lat_us", profile, spec)
+    for offset, port in enumerate(ports):
+        for test in opts.tests:
+            check_id = f"bench.rdma.{port.device}.{test}"
+            tool = which(TESTS[test], root) if root in ("/", "") else None
+            if not tool:
+                results.append(
+                    result(
+                        check_id,
+                        Status.ERROR,
+                        f"{TESTS[test]} (perftest) is not installed but {port.device} is an active HCA",
+                        remediation="install perftest",
+                    )
+                )
+                continue
+            threshold = bw_threshold(profile, spec, port, opts.bidirectional)
+            progress(
+                f"perftest {TESTS[test]} on {port.device} port {port.port}"
+                f" ({'peer ' + opts.peer if opts.peer else 'loopback'})"
+            )
+
+            def attempt(
+                index: int,
+                port=port,
+                test=test,
+                check_id=check_id,
+                tool=tool,
+                threshold=threshold,
+                tcp_port=opts.port + offset,
+            ) -> Try:
+                parsed, error, raw = measure_one(node, port, test, opts, tcp_port, tool)
+                if parsed is None:
+                    return Try(result(check_id, Status.ERROR, error, details={"partial_output": raw}))
+                judged = judge(check_id, parsed, port, test, threshold, latency_ceiling)
+                judged.details["run"] = raw
+                return Try(judged)
+
+            results.append(with_retries(attempt, opts.tries, check_id))
+    return results

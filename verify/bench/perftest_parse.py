@@ -1,0 +1,151 @@
+"""Pure parsers for linux-rdma/perftest output: the text table and --out_json files.
+
+Bandwidth units follow the header: `[Gb/sec]` with --report_gbits (1e9 bits), otherwise
+`[MB/sec]`, which perftest computes in MiB (2^20 bytes). Everything is returned in Gb/s.
+Latencies are one-way microseconds; `t_typical` is the median.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Optional
+
+MIB_TO_GBITS = (1 << 20) * 8 / 1e9
+_LAT_COLUMNS = ("t_min", "t_max", "t_typical", "t_avg", "t_stdev", "p99", "p99_9")
+
+
+@dataclass
+class PerftestRow:
+    size_bytes: int
+    iterations: int
+    bw_peak_gbits: Optional[float] = None
+    bw_avg_gbits: Optional[float] = None
+    msg_rate_mpps: Optional[float] = None
+    latency_us: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class PerftestResult:
+    kind: str  # "bw" or "lat"
+    test: str = ""
+    device: str = ""
+    link_type: str = ""
+    rows: list = field(default_factory=list)
+    warnings: list = field(default_factory=list)
+
+    @property
+    def largest(self) -> Optional[PerftestRow]:
+        return max(self.rows, key=lambda r: r.size_bytes) if self.rows else None
+
+
+def _float(text: str) -> Optional[float]:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def parse_text(text: str) -> PerftestResult:
+    """The table after the ` #bytes` header; warnings between header and rows are kept aside."""
+    found = PerftestResult(kind="bw")
+    header = None
+    scale = 1.0
+    for raw in text.splitlines():
+        line = raw.strip()
+        title = re.match(r"^([\w ]+?(?:BW|Latency) Test)$", line)
+        if title:
+            found.test = title.group(1)
+            continue
+        device = re.search(r"Device\s*:\s*(\S+)", line)
+        if device and not found.device:
+            found.device = device.group(1)
+        link = re.match(r"Link type\s*:\s*(\S+)", line)
+        if link:
+            found.link_type = link.group(1)
+        if line.startswith("#bytes"):
+            header = line
+            found.kind = "lat" if "t_min" in line else "bw"
+            scale = 1.0 if "Gb/sec" in line else MIB_TO_GBITS
+            continue
+        if header is None or not line or line.startswith("-"):
+            continue
+        values = line.split()
+        if not values[0].isdigit():
+            found.warnings.append(line)
+            continue
+        numbers = [_float(v) for v in values]
+        row = PerftestRow(size_bytes=int(values[0]), iterations=int(values[1]) if values[1].isdigit() else 0)
+        if found.kind == "bw" and len(numbers) >= 4:
+            row.bw_peak_gbits = numbers[2] * scale if numbers[2] is not None else None
+            row.bw_avg_gbits = numbers[3] * scale if numbers[3] is not None else None
+            row.msg_rate_mpps = numbers[4] if len(numbers) > 4 else None
+        elif found.kind == "lat":
+            row.latency_us = {k: v for k, v in zip(_LAT_COLUMNS, numbers[2:]) if v is not None}
+        found.rows.append(row)
+    return found
+
+
+def _lenient_json(text: str) -> dict:
+    """perftest before 2023 wrote JSON with bare words and trailing commas (linux-rdma/perftest#216)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        pass
+    fixed = re.sub(r"([{,]\s*)([A-Za-z_][\w.%]*)\s*:", r'\1"\2":', text)
+    fixed = re.sub(r":\s*([A-Za-z_][\w\-]*)\s*([,}\n])", r': "\1"\2', fixed)
+    fixed = re.sub(r",\s*([}\]])", r"\1", fixed)
+    return json.loads(fixed)
+
+
+def parse_json(text: str) -> PerftestResult:
+    data = _lenient_json(text)
+    info = data.get("test_info", {})
+    results = data.get("results", data.get("results_local", {}))
+    rows_data = results if isinstance(results, list) else [results]
+    kind = "lat" if any("t_min" in r for r in rows_data) else "bw"
+    found = PerftestResult(
+        kind=kind,
+        test=str(info.get("test", "")),
+        device=str(info.get("Device", "")),
+        link_type=str(info.get("Link_type", "")),
+    )
+    # JSON carries no unit: perftest writes Gb/s when run with --report_gbits (always, from tunefleet).
+    for item in rows_data:
+        row = PerftestRow(size_bytes=int(item.get("MsgSize", 0)), iterations=int(item.get("n_iterations", 0)))
+        if kind == "bw":
+            row.bw_peak_gbits = _num(item.get("BW_peak"))
+            row.bw_avg_gbits = _num(item.get("BW_average"))
+            row.msg_rate_mpps = _num(item.get("MsgRate"))
+        else:
+            keys = {
+                "t_min": "t_min",
+                "t_max": "t_max",
+                "t_typical": "t_typical",
+                "t_avg": "t_avg",
+                "t_stdev": "t_stdev",
+                "percentile_99": "p99",
+                "percentile_99.9": "p99_9",
+            }
+            row.latency_us = {ours: _num(item[theirs]) for theirs, ours in keys.items() if theirs in item}
+        found.rows.append(row)
+    return found
+
+
+def _num(value) -> Optional[float]:
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def parse_port_rate(text: str) -> Optional[float]:
+    """`/sys/class/infiniband/<dev>/ports/<n>/rate`, e.g. '400 Gb/sec (4X NDR)' -> 400.0."""
+    match = re.match(r"\s*([\d.]+)\s*Gb/sec", text)
+    return float(match.group(1)) if match else None
