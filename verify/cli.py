@@ -27,10 +27,13 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--root", default="/", help="root of the tree to read /proc, /sys and /etc from")
     v.add_argument("--format", default="json,md,html,junit,prom", help=f"comma list of {', '.join(FORMATS)}")
     v.add_argument("--out", default="reports", help="directory for the reports")
-    v.add_argument("--bench", default=None, help="comma list of benchmarks to run (default: what the desired state asks)")
+    v.add_argument("--bench", default=None,
+                   help="comma list of benchmarks to run (default: what the desired state asks)")
     v.add_argument("--no-bench", action="store_true", help="config checks only")
     v.add_argument("--limit", help="with -i: Ansible host pattern")
     v.add_argument("--quiet", action="store_true", help="no terminal table")
+    v.add_argument("--probe-login", action="store_true",
+                   help="also open a login session (su -l nobody) and record the ulimits it gets")
 
     r = sub.add_parser("report", help="rebuild the fleet report from saved node reports")
     r.add_argument("directory", help="directory holding node reports (reports/<run-id>)")

@@ -123,10 +123,12 @@ def main(args) -> int:
         print(f"tunefleet verify: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     names = [n.strip() for n in args.bench.split(",") if n.strip()] if args.bench else None
-    report = verify_node(spec, Node(root=args.root), bench=not args.no_bench, bench_names=names)
+    node = Node(root=args.root, probe_login=getattr(args, "probe_login", False))
+    report = verify_node(spec, node, bench=not args.no_bench, bench_names=names)
     written, skipped = write_reports(report, formats, args.out)
     if not args.quiet:
-        sys.stdout.write(terminal.render(report, colour=sys.stdout.isatty()))
+        tty = sys.stdout.isatty()
+        sys.stdout.write(terminal.render(report, width=0 if tty else 200, colour=tty))
     for message in skipped:
         print(f"tunefleet verify: {message}", file=sys.stderr)
     if not args.quiet and written:

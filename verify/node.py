@@ -28,6 +28,8 @@ class Node:
     memo: dict = field(default_factory=dict)
     # Tests that replay captured command output over a fake tree set this True.
     live: Optional[bool] = None
+    # Open a real login session (su -l nobody) to record its ulimits: ~0.1-0.3 s, so opt-in.
+    probe_login: bool = False
 
     @property
     def is_live(self) -> bool:

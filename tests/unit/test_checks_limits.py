@@ -10,7 +10,6 @@ from tests.helpers.fake_node import FakeTree, desired_state
 from tests.helpers.replay import ReplayRunner, load
 from verify.checks import limits
 from verify.result import Status
-from verify.runner import CommandOutput
 
 ETC = Path(__file__).resolve().parents[1] / "fixtures" / "node" / "etc"
 
@@ -94,10 +93,11 @@ def test_running_manager_behind_the_files_says_daemon_reexec(tmp_path):
     tree = debian_tree(tmp_path).write("/etc/security/limits.d/90-tunefleet.conf", TUNED)
     tree.write("/etc/systemd/system.conf.d/90-tunefleet.conf",
                "[Manager]\nDefaultLimitMEMLOCK=infinity\nDefaultLimitNOFILE=1048576\n")
-    shown = CommandOutput(["systemctl"], 0, "DefaultLimitNOFILE=524288\nDefaultLimitNOFILESoft=1024\n"
-                          "DefaultLimitMEMLOCK=8388608\nDefaultLimitMEMLOCKSoft=8388608\n", "", 0.01)
-    runner = ReplayRunner({"systemctl": shown, "su": load("su_nobody_ulimits")})
-    results = by_id(limits.run(desired_state(), tree.node(runner=runner, live=True)))
+    # captured in a systemd container after writing the drop-in, before `systemctl daemon-reexec`
+    runner = ReplayRunner({"systemctl": load("systemctl_show_before_reexec"), "su": load("su_nobody_ulimits")})
+    node = tree.node(runner=runner, live=True)
+    node.probe_login = True
+    results = by_id(limits.run(desired_state(), node))
     nofile = results["limits.systemd_nofile"]
     assert nofile.status is Status.FAIL and "daemon-reexec" in nofile.reason
     assert nofile.observed == {"configured": "1048576", "running manager": "1024"}
@@ -115,3 +115,20 @@ def test_no_systemd_falls_back_to_files(tmp_path):
 def test_bad_systemd_values_raise(value):
     with pytest.raises(limits.LimitsParseError):
         limits.systemd_value(value, "NOFILE")
+
+
+def test_after_daemon_reexec_the_running_manager_agrees(tmp_path):
+    tree = debian_tree(tmp_path).write("/etc/systemd/system.conf.d/90-tunefleet.conf",
+                                       "[Manager]\nDefaultLimitMEMLOCK=infinity\nDefaultLimitNOFILE=1048576\n")
+    runner = ReplayRunner({"systemctl": load("systemctl_show_after_reexec")})
+    results = by_id(limits.run(desired_state(), tree.node(runner=runner, live=True)))
+    for key in ("limits.systemd_memlock", "limits.systemd_nofile"):
+        assert results[key].status is Status.PASS, results[key].reason
+    assert results["limits.systemd_memlock"].observed == {"configured": "unlimited", "running manager": "unlimited"}
+
+
+def test_stock_manager_without_config_is_judged_by_what_it_runs(tmp_path):
+    runner = ReplayRunner({"systemctl": load("systemctl_show_debian12_stock")})
+    results = by_id(limits.run(desired_state(), debian_tree(tmp_path).node(runner=runner, live=True)))
+    nofile = results["limits.systemd_nofile"]
+    assert nofile.status is Status.FAIL and nofile.observed["running manager"] == "1024"

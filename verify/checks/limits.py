@@ -129,7 +129,7 @@ def parse_probe(text: str) -> dict:
 
 def login_probe(node: Node) -> dict:
     """What `su -l nobody` really gets, reported next to the parse (not judged: PAM stacks differ)."""
-    if not node.is_live:
+    if not node.is_live or not node.probe_login:
         return {}
     out = node.run(PROBE_ARGV, timeout_s=5.0)
     if not out.ok:
