@@ -42,6 +42,12 @@ class GpuInventory:
         data["gpus"] = [asdict(g) for g in self.gpus]
         return data
 
+    @classmethod
+    def from_dict(cls, data: dict) -> GpuInventory:
+        fields = dict(data)
+        fields["gpus"] = [Gpu(**g) for g in data.get("gpus") or []]
+        return cls(**fields)
+
 
 def parse_driver_banner(text: str) -> tuple:
     """/proc/driver/nvidia/version -> (version, open_kernel_module)."""

@@ -137,7 +137,9 @@ def run(spec: dict, node: Node) -> list:
     if not node.exists("/proc/driver/nvidia/version"):
         reason = "no NVIDIA driver loaded (/proc/driver/nvidia/version absent)"
         return [skip("gpu.nccl_version_alignment", ROLE, reason), skip("gpu.cuda_driver_alignment", ROLE, reason)]
-    dirs = site_dirs(node, live_site_dirs() if node.is_live else ())
+    # a replayed snapshot brings the recorded interpreter's site dirs in node.memo
+    extra = node.memo.get("site_dirs") or (live_site_dirs() if node.is_live else ())
+    dirs = site_dirs(node, tuple(extra))
     framework = wheel_version(node, dirs, _WHEEL)
     inventory = query_gpus(node)
     return [

@@ -1,0 +1,42 @@
+"""Replay every recorded node (tests/fixtures/node/snapshots/<name>/, made by tests.helpers.snapshot on
+a live machine): reading its tree and its recorded command output must give the same results."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.replay import ReplayRunner
+from verify.checks import run_checks
+from verify.checks.gpu_query import GpuInventory
+from verify.node import Node
+from verify.runner import CommandOutput
+
+SNAPSHOTS = sorted(p for p in (Path(__file__).resolve().parents[1] / "fixtures" / "node" / "snapshots").glob("*")
+                   if (p / "recorded.json").is_file())
+
+
+def replay_node(snapshot: Path) -> Node:
+    recorded = json.loads((snapshot / "recorded.json").read_text())
+    answers = {tuple(c["argv"]): CommandOutput(c["argv"], c["returncode"], c["stdout"], c["stderr"], 0.0,
+                                               c["timed_out"], c["missing"]) for c in recorded["commands"]}
+    node = Node(root=str(snapshot / "tree"), runner=ReplayRunner(answers), live=True)
+    node.memo["site_dirs"] = recorded["site_dirs"]
+    if recorded.get("gpus"):
+        node.memo["gpus"] = GpuInventory.from_dict(recorded["gpus"])
+    return node
+
+
+def comparable(result: dict) -> tuple:
+    return result["check_id"], result["status"], json.dumps(result["expected"]), json.dumps(result["observed"])
+
+
+@pytest.mark.skipif(not SNAPSHOTS, reason="no snapshot recorded yet")
+@pytest.mark.parametrize("snapshot", SNAPSHOTS, ids=[p.name for p in SNAPSHOTS])
+def test_replay_gives_the_live_results(snapshot):
+    spec = json.loads((snapshot / "spec.json").read_text())
+    live = json.loads((snapshot / "report.json").read_text())
+    config_results = [r for r in live["results"] if not r["check_id"].startswith("bench")]
+    replayed = [r.to_dict() for r in run_checks(spec, replay_node(snapshot))]
+    assert [comparable(r) for r in replayed] == [comparable(r) for r in config_results]
