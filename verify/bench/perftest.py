@@ -62,6 +62,7 @@ class PerftestOptions:
     tries: int = 2
     timeout_s: float = 60.0
     server_start_s: float = 1.0
+    tool_dir: Optional[str] = None  # where perftest lives when not on PATH
 
 
 def _read(path: str) -> str:
@@ -280,7 +281,7 @@ def run(spec: Optional[dict], profile: Optional[dict], node, overrides: Optional
     for offset, port in enumerate(ports):
         for test in opts.tests:
             check_id = f"bench.rdma.{port.device}.{test}"
-            tool = which(TESTS[test], root) if root in ("/", "") else None
+            tool = os.path.join(opts.tool_dir, TESTS[test]) if opts.tool_dir else which(TESTS[test], root)
             if not tool:
                 results.append(
                     result(

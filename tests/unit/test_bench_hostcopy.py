@@ -1,0 +1,83 @@
+"""Host<->device copies: the PCIe-derived judge on the 2x H200 capture, floors and overrides."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from bench_helpers import ScriptedNode, fixture, output
+
+from verify.bench import hostcopy
+from verify.bench.common import RESULT_MARKER, read_result
+from verify.profiles import load_profile, resolve_threshold
+from verify.result import Status
+
+
+def captured() -> dict:
+    return read_result(fixture("h200x2_hostcopy.stdout"))
+
+
+def test_pcie_theoretical_rates():
+    assert hostcopy.theoretical_gbps(5, 16) == pytest.approx(63.015, abs=0.01)
+    assert hostcopy.theoretical_gbps(4, 16) == pytest.approx(31.51, abs=0.01)
+    assert hostcopy.theoretical_gbps(3, 8) == pytest.approx(7.877, abs=0.01)
+    assert hostcopy.theoretical_gbps(None, 16) is None
+
+
+def test_real_h200_copies_pass_the_derived_pcie_ratio():
+    gpu0 = captured()["gpus"][0]
+    verdict = hostcopy.judge_copy("h2d", gpu0, None, hostcopy.DERIVED_RATIO)
+    assert verdict.check_id == "bench.h2d.gpu0" and verdict.status == Status.PASS
+    assert verdict.details["ratio"] == pytest.approx(0.8798, abs=0.001)
+    assert "Gen5 x16" in verdict.reason
+
+
+def test_link_trained_narrower_than_max_is_named():
+    gpu = dict(captured()["gpus"][1])
+    gpu["pcie"] = dict(gpu["pcie"], width_current=8)
+    gpu["h2d_gbps"] = 27.6  # what an x8 link carries
+    verdict = hostcopy.judge_copy("h2d", gpu, None, hostcopy.DERIVED_RATIO)
+    assert verdict.status == Status.FAIL and "trained at x8 of x16" in verdict.reason
+
+
+def test_profile_floor_wins_over_ratio_and_override_wins_over_profile():
+    profile = load_profile("h200-x2-nvlink")
+    gpu0 = captured()["gpus"][0]
+    floor = resolve_threshold("d2h_gbps", profile, None)
+    assert hostcopy.judge_copy("d2h", gpu0, floor, hostcopy.DERIVED_RATIO).status == Status.PASS
+    spec = {"verify": {"thresholds": {"d2h_gbps": 60}}}
+    stricter = resolve_threshold("d2h_gbps", profile, spec)
+    verdict = hostcopy.judge_copy("d2h", gpu0, stricter, hostcopy.DERIVED_RATIO)
+    assert verdict.status == Status.FAIL and verdict.expected == ">= 60 GB/s"
+
+
+def test_run_gives_one_result_per_gpu_and_direction(monkeypatch):
+    monkeypatch.setattr(hostcopy, "module_available", lambda name: True)
+    node = ScriptedNode(lambda argv: output(argv, stdout=fixture("h200x2_hostcopy.stdout")))
+    results = hostcopy.run(None, None, node, {"tries": 1})
+    assert sorted(r.check_id for r in results) == [
+        "bench.d2h.gpu0",
+        "bench.d2h.gpu1",
+        "bench.h2d.gpu0",
+        "bench.h2d.gpu1",
+    ]
+    assert all(r.status == Status.PASS for r in results)
+    assert node.calls[0]["argv"][1:3] == ["-m", "verify.bench.torch_hostcopy"]
+
+
+def test_engine_that_cannot_run_is_skip_and_crash_is_error(monkeypatch):
+    monkeypatch.setattr(hostcopy, "module_available", lambda name: True)
+    skipped = hostcopy.run(
+        None, None, ScriptedNode(lambda a: output(a, stderr="torch sees no CUDA device", returncode=3)), {"tries": 1}
+    )
+    assert skipped[0].status == Status.SKIP and "no CUDA device" in skipped[0].reason
+    crashed = hostcopy.run(
+        None, None, ScriptedNode(lambda a: output(a, stderr="Segmentation fault", returncode=139)), {"tries": 1}
+    )
+    assert crashed[0].status == Status.ERROR and "Segmentation fault" in crashed[0].reason
+
+
+def test_result_marker_round_trip():
+    payload = {"gpus": [], "engine": "torch"}
+    assert read_result("noise\n" + RESULT_MARKER + json.dumps(payload) + "\nmore") == payload
+    assert read_result("no marker at all") is None
