@@ -1,12 +1,11 @@
-"""GPU checks without a GPU: a fake NVML module, replayed nvidia-smi output, fake driver files.
-
-The nvidia-smi CSV lines below follow the documented `--query-gpu ... --format=csv,noheader,nounits`
-layout; the lead replaces them with output captured on the GPU machine (see the fixtures README).
+"""GPU checks without a GPU: a fake NVML module, replayed real nvidia-smi captures
+(tests/fixtures/node/nvidia-smi, see the README there), fake driver files.
 """
 from __future__ import annotations
 
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +15,9 @@ from verify.checks import gpu_persistence, gpu_query, nccl_conf, peermem, versio
 from verify.result import Status
 from verify.runner import CommandOutput
 
+SMI = Path(__file__).resolve().parents[1] / "fixtures" / "node" / "nvidia-smi"
+H100_ENABLED = (SMI / "nvidia-smi_query-gpu_h100-80gb-hbm3_590.48.01.csv").read_text()
+L40S_DISABLED = (SMI / "nvidia-smi_query-gpu_l40s_595.80.csv").read_text()
 PROPRIETARY = ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.183.01  Sun May 12 19:39:15 UTC 2024\n"
                "GCC version:  gcc version 12.3.0 (Ubuntu 12.3.0-1ubuntu1~22.04)\n")
 OPEN = ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  "
@@ -44,15 +46,22 @@ def test_no_driver_skips_every_gpu_check(tmp_path):
             assert result.status is Status.SKIP and "no NVIDIA driver" in result.reason
 
 
-def test_nvidia_smi_fallback_judges_each_gpu(tmp_path, no_pynvml):
-    rows = ("0, 00000000:18:00.0, NVIDIA H100 80GB HBM3, Enabled, 580.159.04, 81559\n"
-            "1, 00000000:2A:00.0, NVIDIA H100 80GB HBM3, Disabled, 580.159.04, 81559\n")
-    node = gpu_tree(tmp_path).node(runner=smi(rows), live=True)
-    results = {r.check_id: r for r in gpu_persistence.run(desired_state(), node)}
-    assert results["gpu.persistence_mode.0"].status is Status.PASS
-    off = results["gpu.persistence_mode.1"]
-    assert off.status is Status.FAIL and "00000000:2A:00.0" in off.reason
-    assert "gpu_persistence_mode" in off.remediation
+def test_parse_real_nvidia_smi_captures():
+    gpus, driver = gpu_query.parse_smi_csv(H100_ENABLED)
+    assert [(g.index, g.bus_id, g.name, g.persistence_mode, g.memory_mib) for g in gpus] == \
+        [(0, "00000000:00:09.0", "NVIDIA H100 80GB HBM3", True, 81559)]
+    assert driver == "590.48.01"
+    gpus, driver = gpu_query.parse_smi_csv(L40S_DISABLED)
+    assert (gpus[0].persistence_mode, driver) == (False, "595.80")
+
+
+@pytest.mark.parametrize("capture, status", [(H100_ENABLED, Status.PASS), (L40S_DISABLED, Status.FAIL)])
+def test_nvidia_smi_fallback_judges_each_gpu(tmp_path, no_pynvml, capture, status):
+    node = gpu_tree(tmp_path).node(runner=smi(capture), live=True)
+    result = gpu_persistence.run(desired_state(), node)[0]
+    assert result.check_id == "gpu.persistence_mode.0" and result.status is status
+    if status is Status.FAIL:
+        assert "00000000:01:00.0" in result.reason and "gpu_persistence_mode" in result.remediation
 
 
 def test_nvidia_smi_failure_is_a_skip_with_its_message(tmp_path, no_pynvml):
@@ -62,14 +71,16 @@ def test_nvidia_smi_failure_is_a_skip_with_its_message(tmp_path, no_pynvml):
     assert result.status is Status.SKIP and "couldn't communicate" in result.reason
 
 
-@pytest.mark.parametrize("rows", [
-    "0, 00000000:18:00.0, NVIDIA H100, Sometimes, 580.159.04, 81559\n",
-    "garbage\n",
-    "x, 00000000:18:00.0, NVIDIA H100, Enabled, 580.159.04, 81559\n",
+@pytest.mark.parametrize("damage", [
+    lambda text: text.replace("Enabled", "Sometimes"),
+    lambda text: "garbage\n",
+    lambda text: text.splitlines()[0] + "\n",  # header only: no GPU
+    lambda text: text.rstrip("\n") + ", extra\n",
+    lambda text: text.replace("persistence_mode", "persistence"),
 ])
-def test_malformed_smi_output_raises_parse_error(rows):
+def test_damaged_captures_raise_parse_error(damage):
     with pytest.raises(gpu_query.SmiParseError):
-        gpu_query.parse_smi_csv(rows)
+        gpu_query.parse_smi_csv(damage(H100_ENABLED))
 
 
 def test_nvml_is_used_when_pynvml_loads(tmp_path, monkeypatch):
@@ -154,8 +165,7 @@ def _nccl_tree(tmp_path, header_version=(2, 28, 3), wheel="nvidia_nccl_cu13-2.28
 
 def test_nccl_versions_differ_is_a_warning(tmp_path, no_pynvml):
     # the GPU machine's pair (ENVIRONMENT.md): torch's NCCL 2.28.9 wheel, system nccl.h 2.28.3
-    node = _nccl_tree(tmp_path).node(runner=smi("0, 00000000:18:00.0, NVIDIA H200, Enabled, 580.159.04, 143771\n"),
-                                     live=False)
+    node = _nccl_tree(tmp_path).node(runner=smi(H100_ENABLED), live=False)
     result = versions.run(desired_state(), node)[0]
     assert result.status is Status.WARN and "2.28.9" in result.reason and "2.28.3" in result.reason
     assert "no role variable" in result.remediation

@@ -11,7 +11,8 @@ from typing import Optional
 from verify.node import Node
 
 SMI_FIELDS = "index,pci.bus_id,name,persistence_mode,driver_version,memory.total"
-SMI_ARGV = ["nvidia-smi", f"--query-gpu={SMI_FIELDS}", "--format=csv,noheader,nounits"]
+# With the header: columns are found by name, so the parser also reads captures of wider queries.
+SMI_ARGV = ["nvidia-smi", f"--query-gpu={SMI_FIELDS}", "--format=csv"]
 NO_DRIVER = "no NVIDIA driver loaded (/proc/driver/nvidia/version absent)"
 _DRIVER_BANNER = re.compile(r"NVRM version:\s+(.*?)\s+(\d+\.\d+(?:\.\d+)?)\s")
 
@@ -69,22 +70,34 @@ def _mode(value: str) -> Optional[bool]:
 
 
 def parse_smi_csv(text: str) -> tuple:
-    """`nvidia-smi --query-gpu=SMI_FIELDS --format=csv,noheader,nounits` -> (gpus, driver_version)."""
+    """`nvidia-smi --query-gpu=... --format=csv` (header line first) -> (gpus, driver_version)."""
+    import csv
+
+    try:
+        rows = [row for row in csv.reader(text.splitlines(), skipinitialspace=True) if row]
+    except csv.Error as exc:  # e.g. a NUL byte on Python < 3.11
+        raise SmiParseError(f"nvidia-smi output is not CSV: {exc}") from None
+    if not rows:
+        raise SmiParseError("nvidia-smi printed nothing")
+    header = [name.split(" [")[0].strip() for name in rows[0]]  # "memory.total [MiB]" -> "memory.total"
+    missing = [f for f in ("index", "pci.bus_id", "name", "persistence_mode") if f not in header]
+    if missing:
+        raise SmiParseError(f"nvidia-smi header lacks {', '.join(missing)}: {text.strip()[:80]!r}")
     gpus, drivers = [], set()
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) != 6:
-            raise SmiParseError(f"expected 6 comma-separated fields, got {len(parts)}: {line.strip()[:80]!r}")
-        index, bus_id, name, mode, driver, memory = parts
-        if not index.isdigit():
-            raise SmiParseError(f"GPU index {index!r} is not a number")
-        gpus.append(Gpu(int(index), bus_id, name, _mode(mode), int(memory) if memory.isdigit() else None))
-        drivers.add(driver)
+    for row in rows[1:]:
+        if len(row) != len(header):
+            raise SmiParseError(f"a row has {len(row)} fields, the header {len(header)}")
+        field = dict(zip(header, (value.strip() for value in row)))
+        if not field["index"].isdigit():
+            raise SmiParseError(f"GPU index {field['index']!r} is not a number")
+        memory = field.get("memory.total", "").split(" ")[0]
+        gpus.append(Gpu(int(field["index"]), field["pci.bus_id"], field["name"], _mode(field["persistence_mode"]),
+                        int(memory) if memory.isdigit() else None))
+        if field.get("driver_version"):
+            drivers.add(field["driver_version"])
     if not gpus:
         raise SmiParseError("nvidia-smi listed no GPU")
-    return gpus, ", ".join(sorted(drivers))
+    return gpus, ", ".join(sorted(drivers)) or None
 
 
 def _from_nvml() -> Optional[GpuInventory]:
