@@ -70,7 +70,8 @@ def run(tmp_path: Path, *flags: str) -> tuple:
     (tmp_path / "hosts.yml").write_text("\n".join(inventory) + "\n")
     (tmp_path / "play.yml").write_text(PLAY)
     before = {host: tree(root) for host, root in roots.items()}
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0")
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
+               ANSIBLE_CALLBACK_RESULT_FORMAT="json")  # YAML output wraps long lines
     proc = subprocess.run([str(PLAYBOOK_BIN), "-i", str(tmp_path / "hosts.yml"), str(tmp_path / "play.yml"), *flags],
                           capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
     after = {host: tree(root) for host, root in roots.items()}
