@@ -6,7 +6,7 @@ import pytest
 
 from tests.helpers.fake_node import FakeTree, desired_state
 from tests.helpers.replay import ReplayRunner, load
-from verify.checks import ethtool_params, irq_affinity, mtu, path_mtu
+from verify.checks import ethtool_params, irq_affinity, irqbalance, mtu, path_mtu
 from verify.result import Status
 
 
@@ -163,3 +163,43 @@ def test_unparseable_ethtool_output_is_an_error(tmp_path):
     weird = CommandOutput(["ethtool"], 0, "Ring parameters for ens1:\nCurrent hardware settings:\nRX: lots\n", "", 0)
     runner = ReplayRunner({("ethtool", "-g", "ens1"): weird})
     assert ethtool_params.run_ring(desired_state(), tree.node(runner=runner, live=True))[0].status is Status.ERROR
+
+
+# ---- irqbalance must leave pinned IRQs alone
+
+
+POLICY = "#!/bin/sh\ncase \"${1##*/}\" in\n  0000:17:00.0) echo \"ban=true\" ;;  # ens1\nesac\nexit 0\n"
+
+
+def _irqbalance(tree, argv):
+    tree.write("/proc/4242/comm", "irqbalance\n").write("/proc/4242/cmdline", "\0".join(argv) + "\0")
+    tree.write("/proc/1/comm", "systemd\n").write("/proc/1/cmdline", "/sbin/init\0")
+
+
+def test_ban_mode_passes_with_a_policy_script_naming_the_nic(tmp_path):
+    tree = FakeTree(tmp_path).nic("ens1", pci="0000:17:00.0")
+    _irqbalance(tree, ["/usr/sbin/irqbalance", "--foreground", "--policyscript=/usr/local/sbin/tf-policy"])
+    tree.write("/usr/local/sbin/tf-policy", POLICY)
+    assert irqbalance.run(desired_state(), tree.node())[0].status is Status.PASS
+
+
+def test_ban_mode_fails_without_policy_or_with_an_unbanned_nic(tmp_path):
+    tree = FakeTree(tmp_path).nic("ens1", pci="0000:17:00.0").nic("ens2", pci="0000:18:00.0")
+    spec = desired_state(network={"interfaces": ["ens1", "ens2"]})
+    _irqbalance(tree, ["/usr/sbin/irqbalance", "--foreground"])
+    assert "without --policyscript" in irqbalance.run(spec, tree.node())[0].reason
+    _irqbalance(tree, ["/usr/sbin/irqbalance", "--policyscript", "/usr/local/sbin/tf-policy"])
+    tree.write("/usr/local/sbin/tf-policy", POLICY)
+    result = irqbalance.run(spec, tree.node())[0]
+    assert result.status is Status.FAIL and "does not ban 0000:18:00.0" in result.reason
+
+
+def test_stop_mode_and_no_daemon(tmp_path):
+    tree = FakeTree(tmp_path).nic("ens1")
+    tree.write("/proc/1/comm", "systemd\n")
+    stop = desired_state(network={"irqbalance_mode": "stop"})
+    assert irqbalance.run(stop, tree.node())[0].status is Status.PASS
+    assert irqbalance.run(desired_state(), tree.node())[0].status is Status.PASS  # ban, nothing running
+    _irqbalance(tree, ["/usr/sbin/irqbalance"])
+    assert irqbalance.run(stop, tree.node())[0].status is Status.FAIL
+    assert irqbalance.run(desired_state(network={"irqbalance_mode": "leave"}), tree.node())[0].status is Status.SKIP

@@ -18,6 +18,7 @@ REGISTRY = {
     "network.mtu": ("network", "verify.checks.mtu:run"),
     "network.path_mtu": ("network", "verify.checks.path_mtu:run"),
     "network.irq_affinity": ("network", "verify.checks.irq_affinity:run"),
+    "network.irqbalance": ("network", "verify.checks.irqbalance:run"),
     "network.ring": ("network", "verify.checks.ethtool_params:run_ring"),
     "network.channels": ("network", "verify.checks.ethtool_params:run_channels"),
     "storage": ("storage", "verify.checks.storage:run"),

@@ -1,0 +1,78 @@
+"""irqbalance leaves the pinned NIC IRQs alone (network_irqbalance_mode: ban / stop / leave).
+
+ban: a running irqbalance must have a --policyscript that bans every tuned NIC's PCI address;
+stop: no irqbalance process may run. Read from /proc, so it also works under --root.
+"""
+from __future__ import annotations
+
+import shlex
+from typing import Optional
+
+from verify.checks.common import result, role_disabled, section, skip
+from verify.checks.interfaces import interface_pci, select_interfaces
+from verify.node import Node
+from verify.result import Status
+
+ROLE = "network"
+CHECK_ID = "network.irqbalance"
+
+
+def irqbalance_cmdline(node: Node) -> Optional[list]:
+    """argv of a running irqbalance, or None when none runs."""
+    for pid in node.listdir("/proc"):
+        if pid.isdigit() and (node.read_value(f"/proc/{pid}/comm") or "") == "irqbalance":
+            raw = node.read(f"/proc/{pid}/cmdline") or ""
+            return [part for part in raw.split("\0") if part]
+    return None
+
+
+def policy_script(argv: list) -> Optional[str]:
+    for index, arg in enumerate(argv):
+        if arg.startswith("--policyscript="):
+            return arg.split("=", 1)[1]
+        if arg in ("--policyscript", "-l") and index + 1 < len(argv):
+            return argv[index + 1]
+    return None
+
+
+def judge_ban(argv: Optional[list], script_text: Optional[str], script: Optional[str], pci_addresses: list):
+    expected = f"irqbalance bans {', '.join(pci_addresses)}"
+    if argv is None:
+        return result(CHECK_ID, ROLE, Status.PASS, expected, "irqbalance not running",
+                      "irqbalance is not running: nothing moves the pinned IRQs")
+    command = " ".join(shlex.quote(a) for a in argv)
+    if not script:
+        return result(CHECK_ID, ROLE, Status.FAIL, expected, command,
+                      "irqbalance runs without --policyscript: it will move the pinned NIC IRQs",
+                      "network_irqbalance_mode")
+    if script_text is None:
+        return result(CHECK_ID, ROLE, Status.FAIL, expected, command,
+                      f"irqbalance's policy script {script} does not exist", "network_irqbalance_mode")
+    unbanned = [pci for pci in pci_addresses if pci not in script_text]
+    if unbanned:
+        return result(CHECK_ID, ROLE, Status.FAIL, expected, command,
+                      f"policy script {script} does not ban {', '.join(unbanned)}", "network_irqbalance_mode")
+    return result(CHECK_ID, ROLE, Status.PASS, expected, command)
+
+
+def run(spec: dict, node: Node) -> list:
+    disabled = role_disabled(spec, ROLE, CHECK_ID)
+    if disabled:
+        return [disabled]
+    network = section(spec, ROLE)
+    mode = network.get("irqbalance_mode") or "leave"
+    if not network.get("irq_affinity"):
+        return [skip(CHECK_ID, ROLE, "network_irq_affinity is false: no pinned IRQs to protect")]
+    if mode == "leave":
+        return [skip(CHECK_ID, ROLE, "network_irqbalance_mode is leave")]
+    if mode == "stop":
+        if irqbalance_cmdline(node) is None:
+            return [result(CHECK_ID, ROLE, Status.PASS, "irqbalance stopped", "not running")]
+        return [result(CHECK_ID, ROLE, Status.FAIL, "irqbalance stopped", "running",
+                       "irqbalance is running and will move the pinned NIC IRQs", "network_irqbalance_mode")]
+    pci_addresses = [p for p in (interface_pci(node, n) for n in select_interfaces(network, node).present) if p]
+    if not pci_addresses:
+        return [skip(CHECK_ID, ROLE, "no tuned PCI NIC: nothing for irqbalance to ban")]
+    argv = irqbalance_cmdline(node)
+    script = policy_script(argv) if argv else None
+    return [judge_ban(argv, node.read(script) if script else None, script, pci_addresses)]
