@@ -124,3 +124,20 @@ def test_this_machine_in_a_fresh_interpreter_never_imports_torch(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     measured = json.loads(done.stdout)
     assert measured["torch"] is False and measured["n"] > 10
+
+
+def test_spec_command_renders_role_defaults_with_a_real_profile(capsys):
+    """The real path: role defaults + the shipped profile's "vars" + --vars, one JSON document."""
+    from verify.profiles import list_profiles, load_profile
+
+    name = next((n for n in list_profiles() if load_profile(n).get("vars")), None)
+    if name is None:
+        pytest.skip("no shipped profile has vars")
+    overrides = load_profile(name)["vars"]
+    assert main(["spec", "--profile", name, "--vars", str(REPO / "inventory/local/group_vars/all.yml")]) == 0
+    spec = json.loads(capsys.readouterr().out)
+    assert spec["schema"] == "tunefleet.desired_state/v1" and spec["verify"]["profile"] == name
+    for variable, value in overrides.items():
+        role, key = variable.split("_", 1)
+        assert spec[role][key] == value, variable
+    assert spec["network"]["interfaces"] == []  # from the --vars file
