@@ -186,10 +186,11 @@ def main() -> None:
                 active.add(service)
     backend = detect_backend("/etc", active, _binary_finder)
 
+    for nic in nics:
+        nic["networkd_file"] = None
     if backend == "networkd":
         networkctl = module.get_bin_path("networkctl")
         for nic in nics:
-            nic["networkd_file"] = None
             if networkctl:
                 rc, out, _err = module.run_command([networkctl, "status", "--no-pager", nic["name"]])
                 nic["networkd_file"] = parse_networkd_file(out) if rc == 0 else None
