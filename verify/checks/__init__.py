@@ -29,6 +29,7 @@ REGISTRY = {
     "memory": ("memory", "verify.checks.memory:run"),
     "limits": ("limits", "verify.checks.limits:run"),
     "cpu.governor": ("cpu", "verify.checks.cpu:run"),
+    "conflicts": ("conflicts", "verify.checks.conflicts:run"),
 }
 
 
