@@ -104,7 +104,12 @@ def main(argv=None) -> int:
                 flush=True,
             )
     except Exception as exc:  # cuFile raises cuFileError; any failure here is reported, not hidden
-        print(f"cuFile {stage} on {args.file} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        hint = ""
+        if stage == "handle_register":
+            # Seen on a VM without udev: cuFile cannot read the volume's attributes, so it refuses
+            # the file even in compatibility mode. CUFILE_LOGGING_LEVEL=TRACE names the cause.
+            hint = " (cuFile refused this file's filesystem/device; CUFILE_LOGGING_LEVEL=TRACE shows why)"
+        print(f"cuFile {stage} on {args.file} failed: {type(exc).__name__}: {exc}{hint}", file=sys.stderr)
         return 4
     finally:
         if handle is not None:
