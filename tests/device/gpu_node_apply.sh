@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Apply the roles for real on a GPU node with connection local, twice (the second run must
+# report changed=0), verify before and after, then restore and verify the node is back.
+# Expects .whl/ with ansible-core + its pure-Python needs and collections.tar.gz (carried in).
+set -uo pipefail
+out=${OUT:-/tmp/tunefleet-gpu-node}
+log=$(mktemp -d)
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONUNBUFFERED=1 ANSIBLE_FORCE_COLOR=0
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 3
+export PYTHONPATH=/tmp/site
+mkdir -p /tmp/collections/ansible_collections/tunefleet
+tar -C /tmp/collections/ansible_collections -xzf .whl/collections.tar.gz
+ln -sfn "$PWD" /tmp/collections/ansible_collections/tunefleet/gpu_node
+export ANSIBLE_COLLECTIONS_PATH=/tmp/collections ANSIBLE_CONFIG=$PWD/ansible.cfg
+playbook=(python3 /tmp/site/bin/ansible-playbook -i inventory/local -e @tests/device/gpu_node_vars.yml)
+verify=(python3 -m verify verify --local --vars tests/device/gpu_node_vars.yml --profile h200-x2-nvlink --no-bench)
+
+step() { echo "=== $1"; shift; "$@"; echo "=== rc=$?"; }
+{
+  step "versions" python3 /tmp/site/bin/ansible-playbook --version
+  step "verify before" "${verify[@]}" --out "$log/before"
+  step "check mode" "${playbook[@]}" playbooks/site.yml --check --diff
+  step "converge 1" "${playbook[@]}" playbooks/site.yml --diff
+  step "converge 2 (idempotence)" "${playbook[@]}" playbooks/site.yml
+  step "verify after" "${verify[@]}" --out "$log/after"
+  step "ledger" cat /var/lib/tunefleet/ledger.json
+  step "restore" "${playbook[@]}" playbooks/restore.yml --diff
+  step "verify after restore" "${verify[@]}" --out "$log/restored"
+} 2>&1 | tee "$log/apply.log"
+mkdir -p "$out"
+cp "$log/apply.log" "$out/"
+tar -C "$log" -czf "$out/reports.tar.gz" before after restored 2>/dev/null
+grep -E '^=== |PLAY RECAP|changed=' "$log/apply.log"
