@@ -222,3 +222,15 @@ def test_torch_engine_killed_at_timeout_is_error():
         },
     )
     assert results[0].status == Status.ERROR and "hung" in results[0].reason
+
+
+def test_node_with_fewer_gpus_than_its_profile_runs_and_fails_on_rank_count(tmp_path):
+    for index in (0, 1):
+        (tmp_path / "dev").mkdir(exist_ok=True)
+        (tmp_path / "dev" / f"nvidia{index}").write_text("")
+    (tmp_path / "dev" / "nvidiactl").write_text("")
+    assert nccl.count_gpus(str(tmp_path)) == 2
+    node = ScriptedNode(lambda argv: output(argv, stdout=fixture(SYSTEM)), root=str(tmp_path))
+    results = nccl.run(None, load_profile("h200-sxm-8x"), node, {"engine": "nccl-tests", "binary": "/x/a", "tries": 1})
+    assert node.calls[0]["argv"][node.calls[0]["argv"].index("-g") + 1] == "2"
+    assert results[0].status == Status.FAIL and "expected 8 GPUs" in results[0].reason

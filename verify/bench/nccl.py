@@ -338,11 +338,14 @@ def run(spec: Optional[dict], profile: Optional[dict], node, overrides: Optional
     engine, binary, skip = pick_engine(opts, root)
     if skip:
         return [result(CHECK_ID, Status.SKIP, skip, remediation="install nccl-tests or `pip install tunefleet[torch]`")]
-    gpus = opts.gpus or (profile or {}).get("gpu_count") or count_gpus(root)
+    # Run on the GPUs the node has; judge against the GPUs the profile says it should have, so a
+    # node that lost a GPU FAILs on the rank count instead of erroring out of the launcher.
+    gpus = opts.gpus or count_gpus(root) or (profile or {}).get("gpu_count")
     if opts.backend == "gloo":
         gpus = opts.gpus or 2
     if not gpus:
         return [result(CHECK_ID, Status.SKIP, "no GPU on this node (no /dev/nvidiaN)")]
+    expected_gpus = (profile or {}).get("gpu_count") or gpus
     threshold = resolve_threshold("nccl_allreduce_busbw_gbps", profile, spec)
     if threshold is None and opts.backend == "nccl" and root in ("/", ""):
         threshold = derive_threshold(node, gpus)
@@ -367,7 +370,7 @@ def run(spec: Optional[dict], profile: Optional[dict], node, overrides: Optional
                 ),
                 {"engine": engine},
             )
-        judged = judge(measurement, gpus, threshold, opts, nvls_expected)
+        judged = judge(measurement, expected_gpus, threshold, opts, nvls_expected)
         judged.details["run"] = raw
         return Try(
             judged, {"engine": engine, "curve_busbw": {str(p.size_bytes): p.busbw_gbps for p in measurement.points}}
