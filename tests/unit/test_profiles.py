@@ -71,3 +71,17 @@ def test_profiles_command_lists_each_profile(capsys):
     out = capsys.readouterr().out
     assert out.count("\n") == len(SHIPPED)
     assert "h200-x2-nvlink" in out and ">= 308 GB/s" in out
+
+
+def _facts(*names):
+    return {"gpus": {"source": "nvidia-smi", "gpus": [{"index": i, "name": n} for i, n in enumerate(names)]}}
+
+
+def test_auto_pick_matches_gpu_name_and_count():
+    # the names nvidia-smi printed on the GPU machine (tests/fixtures/node/gpu_machine/nvidia-smi-query-gpu.csv)
+    assert profiles.pick_profile(_facts("NVIDIA H200", "NVIDIA H200"))["name"] == "h200-x2-nvlink"
+    assert profiles.pick_profile(_facts(*["NVIDIA H100 80GB HBM3"] * 8))["name"] == "h100-sxm-8x"
+    assert profiles.pick_profile(_facts(*["NVIDIA A100-SXM4-80GB"] * 8))["name"] == "a100-sxm-8x"
+    assert profiles.pick_profile(_facts(*["NVIDIA H100 PCIe"] * 8)) is None
+    assert profiles.pick_profile(_facts(*["NVIDIA H200"] * 4)) is None
+    assert profiles.pick_profile({"gpus": {"gpus": []}}) is None

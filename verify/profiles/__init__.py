@@ -108,6 +108,28 @@ def resolve_threshold(
     return derived
 
 
+def pick_profile(facts: Optional[dict]) -> Optional[dict]:
+    """`verify_profile: auto`: the shipped profile whose `match` fits this node's GPUs, or None.
+
+    `facts["gpus"]["gpus"]` is the inventory verify gathers (name per GPU). No match means the
+    benchmarks fall back to thresholds derived from the node itself.
+    """
+    gpus = (((facts or {}).get("gpus") or {}).get("gpus")) or []
+    names = [str(g.get("name", "")) for g in gpus]
+    if not names:
+        return None
+    for name in list_profiles():
+        profile = load_profile(name)
+        match = profile.get("match") or {}
+        wanted = match.get("gpu_name_contains") or []
+        unwanted = match.get("gpu_name_excludes") or []
+        if match.get("gpu_count") != len(names):
+            continue
+        if all(any(w in n for w in wanted) and not any(u in n for u in unwanted) for n in names):
+            return profile
+    return None
+
+
 def bench_setting(name: str, profile: Optional[dict], default: Any) -> Any:
     """Benchmark settings (sizes, tries) a profile may tune for its hardware class."""
     return ((profile or {}).get("bench") or {}).get(name, default)
