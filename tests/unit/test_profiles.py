@@ -85,3 +85,8 @@ def test_auto_pick_matches_gpu_name_and_count():
     assert profiles.pick_profile(_facts(*["NVIDIA H100 PCIe"] * 8)) is None
     assert profiles.pick_profile(_facts(*["NVIDIA H200"] * 4)) is None
     assert profiles.pick_profile({"gpus": {"gpus": []}}) is None
+
+
+def test_internode_floor_is_settable_from_the_desired_state():
+    spec = {"verify": {"thresholds": {"nccl_allreduce_internode_busbw_gbps": 48}}}
+    assert resolve_threshold("nccl_allreduce_internode_busbw_gbps", None, spec).limit == 48

@@ -19,6 +19,7 @@ PROFILE_DIR = Path(__file__).resolve().parent
 # Threshold keys a profile or verify_thresholds may set, with the unit each is in.
 KEYS = {
     "nccl_allreduce_busbw_gbps": "GB/s busbw at the largest size",
+    "nccl_allreduce_internode_busbw_gbps": "GB/s busbw at the largest size, all-reduce across nodes (fleet)",
     "h2d_gbps": "GB/s pinned host-to-device per GPU",
     "d2h_gbps": "GB/s pinned device-to-host per GPU",
     "hostcopy_pcie_ratio": "fraction of the PCIe link's theoretical rate",
