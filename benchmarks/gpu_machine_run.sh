@@ -44,6 +44,14 @@ for round in 1 2; do
   $py -m verify bench nccl --engine torch "${nccl_args[@]}" --json "$out/results/torch_$round.json"
 done
 
+if [ -n "$arp" ]; then
+  step "fidelity: built-in engine / all_reduce_perf on the same NCCL"
+  for round in 1 2; do
+    ref="$out/results/nccltests_torchnccl_$round.json"; [ -f "$ref" ] || ref="$out/results/nccltests_system_$round.json"
+    $py benchmarks/nccl_fidelity.py "$ref" "$out/results/torch_$round.json" | tee -a "$out/steps.log"
+  done
+fi
+
 step "host<->device copies (engine raw output, then the check)"
 $py -m verify.bench.torch_hostcopy --size-bytes 1G --iters 10 >"$out/raw/hostcopy.stdout" 2>"$out/raw/hostcopy.stderr"
 $py -m verify bench hostcopy --tries 1 --json "$out/results/hostcopy.json"
