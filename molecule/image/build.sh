@@ -13,10 +13,11 @@ suite="${TUNEFLEET_MOLECULE_SUITE:-bookworm}"
 force=false
 [ "${1:-}" = "--force" ] && force=true
 
-# What the roles and the testinfra checks call inside the node: ip/ethtool (network),
+# What the roles and the testinfra checks call inside the node: sudo (site.yml uses become),
+# ip/ethtool (network),
 # sysctl/ps (procps), losetup/runuser (util-linux is essential), udevadm (storage rules),
 # modprobe (kmod), pam_limits (libpam-modules is required priority, so always there).
-packages="python3,systemd,systemd-sysv,dbus,iproute2,procps,kmod,udev,ethtool,util-linux"
+packages="python3,sudo,systemd,systemd-sysv,dbus,iproute2,procps,kmod,udev,ethtool,util-linux"
 
 if [ "$image" != "$default_image" ]; then
     if podman image exists "$image"; then
@@ -37,7 +38,10 @@ lock="${XDG_RUNTIME_DIR:-/tmp}/tunefleet-molecule-image.lock"
 exec 9>"$lock"
 flock 9
 
-if ! $force && podman image exists "$image"; then
+# Bump when the recipe below changes, so every machine rebuilds its cached image once.
+readonly recipe=3
+if ! $force && podman image exists "$image" \
+    && [ "$(podman image inspect --format '{{ index .Labels "tunefleet.image-recipe" }}' "$image")" = "$recipe" ]; then
     echo "molecule image: $image already built"
     exit 0
 fi
@@ -53,12 +57,19 @@ debootstrap --variant=minbase --include="$packages" "$suite" "$rootfs" >"$rootfs
 }
 rm -f "$rootfs.log"
 
-# A container boots faster and touches less of the host without these: no consoles to spawn,
-# no timers that run apt, and a machine-id left empty so each container gets its own.
-for unit in getty@tty1.service console-getty.service apt-daily.timer apt-daily-upgrade.timer \
-    e2scrub_all.timer fstrim.timer systemd-remount-fs.service; do
+# A privileged container shares /proc/sys and /sys with the CI machine, so its boot must not
+# apply anything host-wide: the udev coldplug would run every vendor rule against the host's
+# devices, and the vendor sysctl.d files set host-wide keys (fs.protected_*). Masking the
+# files (a /dev/null link of the same name) keeps systemd-sysctl itself, which the scenarios
+# use to prove the roles' own drop-ins persist. Also masked: consoles, apt timers.
+for unit in systemd-udev-trigger.service getty@tty1.service console-getty.service apt-daily.timer \
+    apt-daily-upgrade.timer e2scrub_all.timer fstrim.timer systemd-remount-fs.service; do
     ln -sfn /dev/null "$rootfs/etc/systemd/system/$unit"
 done
+for vendor in "$rootfs"/usr/lib/sysctl.d/*.conf "$rootfs"/lib/sysctl.d/*.conf; do
+    if [ -e "$vendor" ]; then ln -sfn /dev/null "$rootfs/etc/sysctl.d/$(basename "$vendor")"; fi
+done
+# An empty machine-id: each container gets its own.
 : >"$rootfs/etc/machine-id"
 rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
 
@@ -67,5 +78,6 @@ tar -C "$rootfs" -c . | podman import --quiet \
     --change 'CMD ["/lib/systemd/systemd"]' \
     --change 'ENV container=podman' \
     --change 'STOPSIGNAL SIGRTMIN+3' \
+    --change "LABEL tunefleet.image-recipe=$recipe" \
     - "$image" >/dev/null
 echo "molecule image: $image built"

@@ -148,6 +148,13 @@ def setup(sysctl_keys: List[str]) -> dict:
     if previous:
         for key in ("hugepages_2m_target", "thp_enabled_target", "thp_defrag_target"):
             facts[key] = previous.get(key, facts[key])
+    # What the scenario sets host-wide: teardown puts back only values still holding these, so it
+    # never overwrites a value some other job on a shared machine set meanwhile.
+    facts["host_targets"] = {
+        str(HUGEPAGES_2M): str(facts["hugepages_2m_target"]),
+        str(THP / "enabled"): facts["thp_enabled_target"],
+        str(THP / "defrag"): facts["thp_defrag_target"],
+    }
     FACT_FILE.parent.mkdir(parents=True, exist_ok=True)
     FACT_FILE.write_text(json.dumps(facts, indent=1, sort_keys=True), encoding="utf-8")
     return facts
@@ -158,13 +165,19 @@ def teardown() -> List[str]:
     if not FACT_FILE.exists():
         return []
     facts = json.loads(FACT_FILE.read_text(encoding="utf-8"))
+    targets = facts.get("host_targets", {})
     problems: List[str] = []
     for path_text, value in facts["host_originals"].items():
         path = Path(path_text)
         if not path.exists():
             continue
+        current = active_choice(read(path))
+        if path_text in targets and current not in (targets[path_text], value):
+            print(f"{path}: left at {current!r}: neither the scenario's {targets[path_text]!r} nor the "
+                  f"original {value!r}, so another job changed it", file=sys.stderr)
+            continue
         try:
-            if active_choice(read(path)) != value:
+            if current != value:
                 path.write_text(value, encoding="utf-8")
         except OSError as exc:
             problems.append(f"{path}: cannot write {value!r} back: {exc.strerror}")

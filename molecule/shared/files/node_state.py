@@ -176,6 +176,13 @@ def differences(before: dict, after: dict) -> List[str]:
     return lines
 
 
+def split_drift(lines: List[str], allowed: List[str]) -> tuple:
+    """(counted, tolerated): differences matching an --allow-drift pattern are only reported."""
+    patterns = [re.compile(pattern) for pattern in allowed if pattern]
+    tolerated = [line for line in lines if any(p.match(line) for p in patterns)]
+    return [line for line in lines if line not in tolerated], tolerated
+
+
 def load(path: str) -> dict:
     try:
         return json.loads(Path(path).read_text(encoding="utf-8"))
@@ -190,6 +197,11 @@ def main(argv: List[str] | None = None) -> int:
     parser.add_argument("--block", action="append", default=[], help="block device whose queue settings count")
     parser.add_argument("--files", action="append", default=[], help="directory whose files count (digests)")
     parser.add_argument("--host", action="store_true", help="the CI host: leave out podman's own interfaces")
+    parser.add_argument(
+        "--allow-drift", action="append", default=[],
+        help="compare: regex on 'section: key' of differences to report but not count (a machine shared "
+        "with other jobs that change host-wide knobs; CI leaves it unset)",
+    )
     parser.add_argument("--selection-from", help="take --block/--files from this earlier snapshot")
     args = parser.parse_args(argv)
 
@@ -207,9 +219,11 @@ def main(argv: List[str] | None = None) -> int:
     saved = load(args.path)
     selection = saved["selection"]
     now = snapshot(selection["block"], selection["files"], selection.get("host", False))
-    changed = differences(saved["state"], now["state"])
+    changed, tolerated = split_drift(differences(saved["state"], now["state"]), args.allow_drift)
     for line in changed:
         print(line)
+    for line in tolerated:
+        print(f"tolerated (--allow-drift): {line}")
     print(f"{len(changed)} difference(s) against {args.path}")
     return 1 if changed else 0
 
