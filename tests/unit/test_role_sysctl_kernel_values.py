@@ -1,0 +1,174 @@
+"""kernel_values module (used by the sysctl, network and storage roles): plan, apply, undo.
+
+Fake trees stand in for /proc/sys and /sys; the last tests write the real kernel inside a
+throwaway network namespace, so the host's own values are never touched.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def load_plugin(kind: str, name: str):
+    spec = importlib.util.spec_from_file_location(f"tf_{kind}_{name}", ROOT / "plugins" / kind / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+kv = load_plugin("modules", "kernel_values")
+
+
+def put(path: Path, text: str) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return str(path)
+
+
+def test_kernel_whitespace_in_triples_is_not_a_change(tmp_path):
+    # /proc/sys prints tcp_rmem with tabs; the inventory writes spaces
+    rmem = put(tmp_path / "proc/sys/net/ipv4/tcp_rmem", "4096\t87380\t268435456\n")
+    changes, errors = kv.plan({rmem: "4096 87380 268435456"})
+    assert (changes, errors) == ([], [])
+
+
+def test_plan_reports_before_and_after(tmp_path):
+    swappiness = put(tmp_path / "proc/sys/vm/swappiness", "60\n")
+    changes, errors = kv.plan({swappiness: 0})
+    assert errors == []
+    assert changes == [{"path": swappiness, "before": "60", "after": "0"}]
+
+
+def test_scheduler_compares_the_bracketed_choice(tmp_path):
+    scheduler = put(tmp_path / "sys/block/loop0/queue/scheduler", "[none] mq-deadline kyber bfq \n")
+    assert kv.plan({scheduler: "none"}) == ([], [])
+    changes, _ = kv.plan({scheduler: "mq-deadline"})
+    assert changes == [{"path": scheduler, "before": "none", "after": "mq-deadline"}]
+
+
+def test_scheduler_not_offered_is_refused_before_any_write(tmp_path):
+    scheduler = put(tmp_path / "sys/block/nvme0n1/queue/scheduler", "[none] mq-deadline\n")
+    read_ahead = put(tmp_path / "sys/block/nvme0n1/queue/read_ahead_kb", "128\n")
+    changes, errors = kv.plan({scheduler: "cfq", read_ahead: 4096})
+    assert errors == [f"{scheduler}: scheduler 'cfq' is not offered (offered: none mq-deadline)"]
+
+
+def test_cpulist_ranges_equal_their_expansion(tmp_path):
+    affinity = put(tmp_path / "proc/irq/37/smp_affinity_list", "0-3,8\n")
+    assert kv.plan({affinity: "0,1,2,3,8"}) == ([], [])
+    changes, _ = kv.plan({affinity: "0-1"})
+    assert changes[0]["before"] == "0-3,8"
+
+
+def test_missing_paths_and_bad_values_are_all_named(tmp_path):
+    present = put(tmp_path / "proc/sys/vm/swappiness", "60\n")
+    missing = str(tmp_path / "proc/sys/net/ipv4/no_such_key")
+    changes, errors = kv.plan({present: True, missing: 1, "relative/path": 1})
+    assert len(errors) == 3
+    assert any("must be a string or an integer, not bool" in error for error in errors)
+    assert any(error.startswith(missing) and "cannot read" in error for error in errors)
+    assert any("not an absolute path" in error for error in errors)
+
+
+def test_apply_writes_and_reads_back(tmp_path):
+    swappiness = put(tmp_path / "proc/sys/vm/swappiness", "60\n")
+    changes, _ = kv.plan({swappiness: 0})
+    assert kv.apply(changes) == []
+    assert Path(swappiness).read_text() == "0"
+
+
+def test_refused_write_puts_back_what_was_written(tmp_path, monkeypatch):
+    first = put(tmp_path / "proc/sys/a", "1\n")
+    second = put(tmp_path / "proc/sys/b", "2\n")
+    changes, _ = kv.plan({first: 10, second: 20})
+    real_write = kv._write
+
+    def refuse_second(path, value):
+        if path == second and value == "20":
+            raise OSError(22, "Invalid argument")
+        real_write(path, value)
+
+    monkeypatch.setattr(kv, "_write", refuse_second)
+    with pytest.raises(kv.KernelValueError, match="refused '20' \\(Invalid argument\\); 1 value"):
+        kv.apply(changes)
+    assert Path(first).read_text() == "1"  # the first write was undone
+    assert Path(second).read_text() == "2\n"
+
+
+def test_value_the_kernel_ignores_is_undone(tmp_path, monkeypatch):
+    mtu = put(tmp_path / "sys/class/net/eth1/mtu", "1500\n")
+    changes, _ = kv.plan({mtu: 9000})
+    monkeypatch.setattr(kv, "_read", lambda path: "1500\n")  # a driver that silently keeps its MTU
+    with pytest.raises(kv.KernelValueError, match="kernel kept '1500'"):
+        kv.apply(changes)
+    assert Path(mtu).read_text() == "1500"
+
+
+def test_eio_is_tolerated_only_when_asked(tmp_path, monkeypatch):
+    irq = put(tmp_path / "proc/irq/40/smp_affinity_list", "0-1\n")
+    changes, _ = kv.plan({irq: "1"})
+
+    def managed_irq(path, value):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(kv, "_write", managed_irq)
+    assert kv.apply(changes, tolerate_eio=True) == [irq]
+    with pytest.raises(kv.KernelValueError, match="Input/output error"):
+        kv.apply(changes)
+
+
+def test_diff_lists_only_changed_paths():
+    changes = [{"path": "/proc/sys/vm/swappiness", "before": "60", "after": "0"}]
+    assert kv.diff_text(changes, "before") == "/proc/sys/vm/swappiness = 60\n"
+    assert kv.diff_text(changes, "after") == "/proc/sys/vm/swappiness = 0\n"
+
+
+# --- the real kernel, inside a private network namespace -----------------------------------
+
+NETNS_SCRIPT = """
+import json, sys
+sys.path.insert(0, {plugin_dir!r})
+import importlib.util
+spec = importlib.util.spec_from_file_location("kv", {module!r})
+kv = importlib.util.module_from_spec(spec); spec.loader.exec_module(kv)
+before = open("/proc/sys/net/ipv4/tcp_fin_timeout").read().strip()
+changes, errors = kv.plan({{"/proc/sys/net/ipv4/tcp_fin_timeout": 17, "/proc/sys/net/ipv4/tcp_syn_retries": 999}})
+try:
+    kv.apply(changes)
+    outcome = "applied"
+except kv.KernelValueError as exc:
+    outcome = str(exc)
+after_failure = open("/proc/sys/net/ipv4/tcp_fin_timeout").read().strip()
+changes, _ = kv.plan({{"/proc/sys/net/ipv4/tcp_rmem": "4096 87380 268435456"}})
+kv.apply(changes)
+second, _ = kv.plan({{"/proc/sys/net/ipv4/tcp_rmem": "4096 87380 268435456"}})
+print(json.dumps({{"before": before, "outcome": outcome, "after_failure": after_failure,
+                  "rmem": open("/proc/sys/net/ipv4/tcp_rmem").read().strip(), "second_plan": second}}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.root
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare(1)")
+def test_real_kernel_refusal_is_undone_in_a_private_netns():
+    script = NETNS_SCRIPT.format(plugin_dir=str(ROOT), module=str(ROOT / "plugins/modules/kernel_values.py"))
+    proc = subprocess.run(
+        ["unshare", "--net", sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    seen = json.loads(proc.stdout)
+    assert "tcp_syn_retries: the kernel refused '999' (Invalid argument)" in seen["outcome"]
+    assert seen["after_failure"] == seen["before"]  # tcp_fin_timeout=17 was put back
+    assert seen["rmem"].split() == ["4096", "87380", "268435456"]
+    assert seen["second_plan"] == []  # idempotent against the kernel's tab-separated output
