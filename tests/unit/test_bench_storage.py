@@ -135,3 +135,14 @@ def test_gdsio_same_file_both_paths_and_ratio_judged(tmp_path, monkeypatch):
     assert results["bench.storage.gdsio.gpud"].status == Status.WARN
     assert "compatibility mode" in results["bench.storage.gdsio.gpud"].reason
     assert "bench.storage.cufile" not in results
+
+
+def test_scratch_file_is_not_written_where_it_would_fill_the_disk(tmp_path, monkeypatch):
+    monkeypatch.setattr(storage, "free_bytes", lambda directory: 2 << 30)
+    node = ScriptedNode(lambda argv: output(argv))
+    results = storage.run(None, None, node, {"dir": str(tmp_path), "size_bytes": 4 << 30})
+    assert results[0].status == Status.ERROR and "2 GiB free" in results[0].reason
+    assert node.calls == []
+    monkeypatch.undo()
+    missing = storage.run(None, None, node, {"dir": str(tmp_path / "nowhere"), "size_bytes": 1 << 20})
+    assert "unknown free" in missing[0].reason

@@ -38,6 +38,15 @@ DERIVED_GDS_RATIO = Threshold(
     source="derived: GPU-direct reads should not be slower than the CPU path on the same file (anchors_verify.md 4.6)",
 )
 SCRATCH_NAME = "tunefleet-bench-read.bin"
+SPARE_BYTES = 1 << 30  # never fill a node's disk to the brim for a benchmark
+
+
+def free_bytes(directory: str):
+    try:
+        stats = os.statvfs(directory)
+    except OSError:
+        return None
+    return stats.f_bavail * stats.f_frsize
 
 
 @dataclass
@@ -251,6 +260,17 @@ def run(spec: Optional[dict], profile: Optional[dict], node, overrides: Optional
     path, created = opts.file, False
     if not path:
         path = os.path.join(opts.dir, SCRATCH_NAME)
+        room = free_bytes(opts.dir)
+        if room is None or room < opts.size_bytes + SPARE_BYTES:
+            have = "unknown" if room is None else human_bytes(room)
+            return [
+                result(
+                    "bench.storage",
+                    Status.ERROR,
+                    f"{opts.dir} has {have} free; the {human_bytes(opts.size_bytes)}"
+                    f" scratch file needs that plus {human_bytes(SPARE_BYTES)} spare (use --dir or --file)",
+                )
+            ]
         progress(f"storage: writing a {human_bytes(opts.size_bytes)} scratch file {path}")
         out = node.run(
             engine_argv(
