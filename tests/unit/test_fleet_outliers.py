@@ -5,7 +5,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from verify.fleet.model import NodeReport
-from verify.fleet.outliers import find_outliers, median, metric_values, modified_z_scores, version_drift
+from verify.fleet.outliers import (
+    find_outliers,
+    median,
+    metric_values,
+    modified_z_scores,
+    version_drift,
+    versions_of,
+)
 from verify.result import CheckResult, Status
 
 
@@ -65,12 +72,14 @@ def test_only_benchmark_measurements_are_compared_across_the_fleet():
 
 def test_versions_off_the_majority_are_named_with_the_majority_value():
     def node(host, driver, nccl):
-        return NodeReport(host, [], facts={"gpus": [{"driver_version": driver}, {"driver_version": driver}],
-                                           "nccl": {"system": nccl}, "os": {"name": "Debian"}})
+        facts = {"gpus": [{"driver_version": driver}, {"driver_version": driver}], "nccl": {"system": nccl},
+                 "os": {"name": "Debian"}, "kernel": "6.18",
+                 "nics": [{"driver": "mlx5_core" if host == "c" else "bnxt"}]}
+        return NodeReport(host, [], versions=versions_of(facts))
 
     nodes = [node("a", "580.159.04", "2.28.3"), node("b", "580.159.04", "2.28.3"),
              node("c", "575.57.08", "2.28.3")]
     drift = version_drift(nodes)
     assert [(d.host, d.key, d.value, d.majority) for d in drift] == [
         ("c", "gpus[].driver_version", "575.57.08,575.57.08", "580.159.04,580.159.04")]
-    assert "2 hosts have" in drift[0].reason()
+    assert "2 hosts have" in drift[0].reason()  # a NIC driver's name differing is not a version

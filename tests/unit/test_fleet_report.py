@@ -121,3 +121,17 @@ def test_an_empty_or_missing_directory_is_one_clear_error(tmp_path, capsys):
 def test_unknown_format_is_refused_before_reading_anything(tmp_path, capsys):
     assert run_report(tmp_path, "json,pdf") == 2
     assert "unknown format(s) pdf" in capsys.readouterr().err
+
+
+def test_reading_in_parallel_gives_the_same_fleet_and_errors(tmp_path, monkeypatch):
+    from verify.fleet import model
+
+    directory = fleet(tmp_path, count=6)
+    (directory / "gpu-bad").mkdir()
+    (directory / "gpu-bad" / "report.json").write_bytes(b"\xff\xfe not utf-8")
+    serial_nodes, serial_errors = model.load_fleet_dir(str(directory), workers=1)
+    monkeypatch.setattr(model, "PARALLEL_FROM", 1)
+    parallel_nodes, parallel_errors = model.load_fleet_dir(str(directory), workers=2)
+    assert [n.host for n in parallel_nodes] == [n.host for n in serial_nodes]
+    assert [n.statuses for n in parallel_nodes] == [n.statuses for n in serial_nodes]
+    assert parallel_errors == serial_errors and len(serial_errors) == 1

@@ -7,32 +7,37 @@ all-reduce). A file that cannot be read costs that file only; the rest of the fl
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from verify.fleet.outliers import MEASUREMENT_ROLES, versions_of
 from verify.result import CheckResult, Status
 
 NODE_REPORT_NAME = "report.json"
 CROSSNODE_GLOB = "crossnode-*.json"
 # Written by the fleet report itself; never read back as a node report.
 FLEET_OUTPUT_NAMES = frozenset({"fleet_report.json"})
+PARALLEL_FROM = 2000
+CLEAN = frozenset({Status.PASS.value, Status.SKIP.value})
 
 
 @dataclass
 class NodeReport:
+    """One host as the fleet report needs it. A fleet of 10,000 must fit in memory and be read
+    in seconds, so a clean result is kept as its status only; full results are kept for the
+    ones a person must read (not PASS/SKIP) and for measurements (compared across the fleet)."""
+
     host: str
-    results: list
-    facts: dict = field(default_factory=dict)
+    results: list  # CheckResult: problems and measurements
+    statuses: dict = field(default_factory=dict)  # check_id -> status value, every result
+    versions: dict = field(default_factory=dict)  # flattened version facts (outliers.versions_of)
     source: str = ""
 
-    @property
-    def worst(self) -> Status:
-        from verify.result import STATUS_ORDER
-
-        if not self.results:
-            return Status.SKIP
-        return min((r.status for r in self.results), key=lambda s: STATUS_ORDER[s])
+    def add(self, result: CheckResult) -> None:
+        self.statuses[result.check_id] = result.status.value
+        self.results.append(result)
 
 
 @dataclass
@@ -55,12 +60,14 @@ def parse_node_report(data: Any, origin: str, fallback_host: str = "") -> NodeRe
     raw_results = data.get("results")
     if not isinstance(raw_results, list):
         raise ReportFormatError("no 'results' list")
-    results = [_parse_result(item, index) for index, item in enumerate(raw_results)]
     facts = data.get("facts") if isinstance(data.get("facts"), dict) else {}
     host = _host_name(data, facts) or fallback_host
     if not host:
         raise ReportFormatError("the report names no host")
-    return NodeReport(host=host, results=results, facts=facts, source=origin)
+    node = NodeReport(host=host, results=[], versions=versions_of(facts), source=origin)
+    for index, item in enumerate(raw_results):
+        _take_result(node, item, index)
+    return node
 
 
 def parse_crossnode(data: Any) -> list:
@@ -72,26 +79,66 @@ def parse_crossnode(data: Any) -> list:
     return [_parse_result(item, index) for index, item in enumerate(data)]
 
 
-def load_fleet_dir(directory: str) -> tuple:
-    """(nodes sorted by host, load errors) for every node report under directory."""
+def _take_result(node: NodeReport, item: Any, index: int) -> None:
+    """Record one raw result: its status always, the whole result only when it will be read."""
+    if isinstance(item, dict) and item.get("status") in CLEAN and isinstance(item.get("check_id"), str) \
+            and not _is_measurement(item):
+        node.statuses[item["check_id"]] = item["status"]
+        return
+    node.add(_parse_result(item, index))
+
+
+def _is_measurement(item: dict) -> bool:
+    details = item.get("details")
+    if isinstance(details, dict) and ("value" in details or "curve" in details or "busbw_gbps" in details):
+        return True
+    return item.get("role") in MEASUREMENT_ROLES
+
+
+def load_fleet_dir(directory: str, workers: Optional[int] = None) -> tuple:
+    """(nodes sorted by host, load errors) for every node report under directory.
+
+    Decoding JSON is most of the cost of a big fleet, so above PARALLEL_FROM reports the files
+    are read by one process per CPU; each returns slim NodeReports, not the raw documents.
+    """
     root = Path(directory)
     if not root.is_dir():
         raise FileNotFoundError(f"{directory}: not a directory")
+    paths = _node_report_paths(root)
+    workers = workers if workers is not None else (os.cpu_count() or 1)
+    if workers > 1 and len(paths) >= PARALLEL_FROM:
+        from concurrent.futures import ProcessPoolExecutor
+
+        chunks = [paths[i::workers] for i in range(workers)]
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            loaded = [item for part in pool.map(_load_paths, chunks) for item in part]
+    else:
+        loaded = _load_paths(paths)
     nodes: dict = {}
     errors: list = []
-    for path in _node_report_paths(root):
+    for item in sorted(loaded, key=lambda i: i.source if isinstance(i, NodeReport) else i.path):
+        if isinstance(item, LoadError):
+            errors.append(item)
+        elif item.host in nodes:
+            errors.append(LoadError(item.source, f"host {item.host!r} already reported by {nodes[item.host].source}"))
+        else:
+            nodes[item.host] = item
+    return [nodes[h] for h in sorted(nodes)], errors
+
+
+def _load_paths(paths: list) -> list:
+    """NodeReport or LoadError per path, cross-node results attached (errors of those appended)."""
+    out: list = []
+    for path in paths:
         fallback = path.parent.name if path.name == NODE_REPORT_NAME else path.stem
         try:
             node = parse_node_report(_read_json(path), str(path), fallback_host=fallback)
         except (OSError, ValueError) as exc:
-            errors.append(LoadError(str(path), _describe(exc)))
+            out.append(LoadError(str(path), _describe(exc)))
             continue
-        if node.host in nodes:
-            errors.append(LoadError(str(path), f"host {node.host!r} already reported by {nodes[node.host].source}"))
-            continue
-        nodes[node.host] = node
-        _attach_crossnode(node, path.parent if path.name == NODE_REPORT_NAME else None, errors)
-    return [nodes[h] for h in sorted(nodes)], errors
+        _attach_crossnode(node, path.parent if path.name == NODE_REPORT_NAME else None, out)
+        out.append(node)
+    return out
 
 
 def _node_report_paths(root: Path) -> list:
@@ -108,14 +155,14 @@ def _attach_crossnode(node: NodeReport, host_dir: Optional[Path], errors: list) 
         return
     for path in sorted(host_dir.glob(CROSSNODE_GLOB)):
         try:
-            node.results.extend(parse_crossnode(_read_json(path)))
+            for result in parse_crossnode(_read_json(path)):
+                node.add(result)
         except (OSError, ValueError) as exc:
             errors.append(LoadError(str(path), _describe(exc)))
 
 
 def _read_json(path: Path) -> Any:
-    with open(path, encoding="utf-8") as handle:
-        return json.load(handle)
+    return json.loads(path.read_bytes())
 
 
 def _describe(exc: BaseException) -> str:

@@ -13,6 +13,9 @@ from dataclasses import dataclass
 from typing import Iterable, Optional
 
 MODIFIED_Z_LIMIT = 3.5
+# Results of these roles carry a measurement; config checks are judged against the desired
+# state instead, never against the fleet.
+MEASUREMENT_ROLES = frozenset({"bench", "fleet"})
 # Below this relative gap a node is never called an outlier: benchmark noise on a uniform fleet
 # drives MAD to ~0, and a 1 % wobble must not be flagged.
 MIN_RELATIVE_GAP = 0.05
@@ -152,7 +155,7 @@ def versions_of(facts: dict) -> dict:
 def version_drift(nodes: list) -> list:
     per_key: dict = {}
     for node in nodes:
-        for key, value in versions_of(node.facts).items():
+        for key, value in node.versions.items():
             per_key.setdefault(key, {})[node.host] = value
     drift = []
     for key in sorted(per_key):
@@ -184,7 +187,7 @@ def _flatten(value, prefix: str, out: dict) -> None:
 def _is_measurement(result) -> bool:
     if "value" in result.details or "busbw_gbps" in result.details:
         return True
-    return result.role in ("bench", "fleet") or result.check_id.startswith(("bench.", "fleet."))
+    return result.role in MEASUREMENT_ROLES
 
 
 def _higher_is_better(result) -> bool:

@@ -58,7 +58,9 @@ def _message(res: dict) -> str:
 
 def runner_kwargs(args, home: Path, run_dir: Path, work: str, progress: Progress) -> dict:
     env = {"ANSIBLE_CONFIG": str(home / "ansible.cfg"), "ANSIBLE_ROLES_PATH": str(home / "roles"),
-           "TUNEFLEET_HOME": str(home), "PYTHONPATH": str(home), "ANSIBLE_FORCE_COLOR": "0"}
+           "TUNEFLEET_HOME": str(home), "PYTHONPATH": str(home), "ANSIBLE_FORCE_COLOR": "0",
+           # ansible-playbook from the same environment as this tunefleet, even when it is not activated.
+           "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])}
     kwargs = {
         "private_data_dir": work,
         "playbook": str(home / PLAYBOOK),

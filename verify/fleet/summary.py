@@ -98,18 +98,15 @@ def _fleet_findings(found_outliers: list, drift: list) -> dict:
 
 
 def _host_row(node: NodeReport, extra: list) -> HostRow:
-    results = list(node.results) + extra
-    statuses = {}
-    counts = dict.fromkeys(STATUSES, 0)
-    problems = []
-    for r in results:
+    statuses = dict(node.statuses)
+    for r in extra:
         statuses[r.check_id] = r.status.value
-        counts[r.status.value] += 1
-        if r.status not in (Status.PASS, Status.SKIP):
-            problems.append(r)
+    counts = dict.fromkeys(STATUSES, 0)
+    for status in statuses.values():
+        counts[status] += 1
+    problems = [r for r in list(node.results) + extra if r.status not in (Status.PASS, Status.SKIP)]
     problems.sort(key=lambda r: (STATUS_ORDER[r.status], r.check_id))
-    worst_status = min((r.status for r in results), key=lambda s: STATUS_ORDER[s]) if results else Status.SKIP
-    worst = worst_status.value
+    worst = next((s for s in STATUSES if counts[s]), Status.SKIP.value)
     return HostRow(node.host, worst, counts, statuses, problems, node.source)
 
 

@@ -37,7 +37,7 @@ def derive_hosts(base_report: dict, measurement: dict, count: int, slow_hosts: i
             report["facts"].setdefault("gpus", {})["driver_version"] = "580.159.04"
         # A real fleet is mostly green: flip most FAILs to PASS, keep a few per host.
         for result in report["results"]:
-            if result["status"] == "FAIL" and rng.random() < 0.97:
+            if result["status"] == "FAIL" and rng.random() < 0.999:
                 result["status"] = "PASS"
                 result["reason"] = ""
         hosts.append(report)
