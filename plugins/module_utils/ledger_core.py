@@ -18,6 +18,8 @@ import tempfile
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 SCHEMA = "tunefleet.ledger/v1"
+SECTIONS = ("paths", "files", "services", "kernel_modules")
+_MODULE_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 DEFAULT_LEDGER_PATH = "/var/lib/tunefleet/ledger.json"
 LIVE_PREFIXES = ("/proc/", "/sys/")
 # A config file this big is not something the roles touch; refusing keeps the ledger small.
@@ -175,10 +177,19 @@ def service_state(runner: Runner, name: str) -> dict:
     return {"enabled": enabled, "active": active}
 
 
+# ---------------------------------------------------------------- kernel modules
+
+def module_loaded(root: str, name: str) -> bool:
+    """Loaded (or built in) modules have /sys/module/<name>, with '-' spelled '_'."""
+    if not _MODULE_NAME.match(name):
+        raise LedgerError(f"{name!r}: is not a kernel module name")
+    return os.path.isdir(on_node(root, f"/sys/module/{name.replace('-', '_')}"))
+
+
 # ---------------------------------------------------------------- the ledger file
 
 def empty_ledger() -> dict:
-    return {"schema": SCHEMA, "created": utc_now(), "paths": {}, "files": {}, "services": {}}
+    return dict({section: {} for section in SECTIONS}, schema=SCHEMA, created=utc_now())
 
 
 def load_ledger(root: str, ledger_path: str) -> dict:
@@ -193,7 +204,7 @@ def load_ledger(root: str, ledger_path: str) -> dict:
                           "move it aside only after checking what it holds") from exc
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise LedgerError(f"ledger {ledger_path}: schema is not {SCHEMA!r}; refusing to change it")
-    for section in ("paths", "files", "services"):
+    for section in SECTIONS:
         data.setdefault(section, {})
     return data
 
@@ -222,21 +233,23 @@ def ledger_lock(root: str, ledger_path: str) -> Iterator[None]:
 
 # ---------------------------------------------------------------- recording
 
-def observe(root: str, paths: List[str], files: List[str], runner: Optional[Runner], services: List[str]) -> dict:
+def observe(root: str, paths: List[str], files: List[str], runner: Optional[Runner], services: List[str],
+            kernel_modules: Optional[List[str]] = None) -> dict:
     """Read everything first, so bad input fails before the ledger is touched."""
     return {
         "paths": {p: read_live_value(root, p) for p in paths},
         "files": {f: snapshot_file(root, f) for f in files},
         "services": {s: service_state(runner, s) for s in services} if services else {},
+        "kernel_modules": {m: {"loaded": module_loaded(root, m)} for m in kernel_modules or []},
     }
 
 
 def record_first_seen(ledger: dict, observed: dict, recorded_by: str = "", when: str = "") -> Dict[str, list]:
     """Add what the ledger has not seen yet; an entry already there is never replaced."""
     when = when or utc_now()
-    added: Dict[str, list] = {"paths": [], "files": [], "services": []}
-    for section in ("paths", "files", "services"):
-        for key, value in observed[section].items():
+    added: Dict[str, list] = {section: [] for section in SECTIONS}
+    for section in SECTIONS:
+        for key, value in observed.get(section, {}).items():
             if key in ledger[section]:
                 continue
             entry = {"value": value, "exists": value is not None} if section == "paths" else dict(value)
@@ -249,9 +262,10 @@ def record_first_seen(ledger: dict, observed: dict, recorded_by: str = "", when:
 
 
 def record(root: str, ledger_path: str, paths: List[str], files: List[str], services: List[str],
-           runner: Optional[Runner], recorded_by: str = "", check_mode: bool = False) -> Dict[str, list]:
+           runner: Optional[Runner], recorded_by: str = "", check_mode: bool = False,
+           kernel_modules: Optional[List[str]] = None) -> Dict[str, list]:
     """Record first-seen state into the ledger file; returns what was new."""
-    observed = observe(root, paths, files, runner, services)
+    observed = observe(root, paths, files, runner, services, kernel_modules)
     if check_mode:
         ledger = load_ledger(root, ledger_path)
         return record_first_seen(ledger, observed, recorded_by)

@@ -16,6 +16,7 @@ from ansible_collections.tunefleet.gpu_node.plugins.module_utils.ledger_core imp
     LedgerError,
     Runner,
     file_bytes,
+    module_loaded,
     on_node,
     read_live_value,
     same_file,
@@ -173,6 +174,14 @@ def restore(root: str, ledger: dict, runner: Runner, check_mode: bool = False) -
         elif not same_value(recorded["value"], current):
             path_writes.append((path, recorded["value"]))
             result.changes.append({"kind": "path", "target": path, "before": current, "after": recorded["value"]})
+    module_cmds = []
+    for name, recorded in sorted(ledger.get("kernel_modules", {}).items()):
+        loaded_now = module_loaded(root, name)
+        if recorded.get("loaded") != loaded_now:
+            module_cmds.append(["modprobe", name] if recorded.get("loaded") else ["modprobe", "-r", name])
+            result.changes.append({"kind": "kernel_module", "target": name,
+                                   "before": "loaded" if loaded_now else "not loaded",
+                                   "after": "loaded" if recorded.get("loaded") else "not loaded"})
     result.reloads = _reloads_for(changed_files)
     if check_mode:
         if "grub-mkconfig" in result.reloads:
@@ -193,6 +202,9 @@ def restore(root: str, ledger: dict, runner: Runner, check_mode: bool = False) -
             write_live_value(root, path, value)
         except OSError as exc:
             result.errors.append(f"{path}: writing back {value!r} failed ({exc.strerror})")
+    # Units that used a module are stopped by now; units that load one are not started yet.
+    for argv in module_cmds:
+        _run(runner, argv, result)
     for argv in up_cmds:
         _run(runner, argv, result)
     return result

@@ -40,6 +40,13 @@ options:
     type: list
     elements: str
     default: []
+  kernel_modules:
+    description:
+      - Kernel modules about to be loaded (or unloaded); whether each was loaded is recorded, and restore
+        unloads (C(modprobe -r)) a module that was not loaded before, or loads one that was.
+    type: list
+    elements: str
+    default: []
   recorded_by:
     description: Role name stored with each new entry, for people reading the ledger.
     type: str
@@ -78,7 +85,7 @@ recorded:
   description: Entries new to the ledger in this call, per section.
   returned: state=recorded
   type: dict
-  sample: {"paths": ["/proc/sys/net/core/rmem_max"], "files": [], "services": []}
+  sample: {"paths": ["/proc/sys/net/core/rmem_max"], "files": [], "services": [], "kernel_modules": []}
 changes:
   description: What restore changed (or would change in check mode), each with before and after.
   returned: state=restored
@@ -129,7 +136,7 @@ def make_runner(module: AnsibleModule):
 def run_record(module: AnsibleModule) -> None:
     p = module.params
     added = record(p["root"], p["ledger_path"], p["paths"], p["files"], p["services"], make_runner(module),
-                   recorded_by=p["recorded_by"], check_mode=module.check_mode)
+                   recorded_by=p["recorded_by"], check_mode=module.check_mode, kernel_modules=p["kernel_modules"])
     changed = any(added.values())
     result = {"changed": changed, "recorded": added, "ledger_path": p["ledger_path"]}
     if changed and module._diff:
@@ -167,6 +174,7 @@ def main() -> None:
             paths=dict(type="list", elements="str", default=[]),
             files=dict(type="list", elements="str", default=[]),
             services=dict(type="list", elements="str", default=[]),
+            kernel_modules=dict(type="list", elements="str", default=[]),
             recorded_by=dict(type="str", default=""),
             ledger_path=dict(type="path", default="/var/lib/tunefleet/ledger.json"),
             archive=dict(type="bool", default=True),

@@ -168,7 +168,7 @@ def test_first_seen_values_are_never_overwritten(tmp_path):
 
     apply_like_the_roles(tmp_path)
     again = core.record(root, LEDGER, ALL_PATHS, ALL_FILES, [], None, recorded_by="sysctl")
-    assert again == {"paths": [], "files": [], "services": []}
+    assert again == {"paths": [], "files": [], "services": [], "kernel_modules": []}
     assert ledger_on_disk(tmp_path) == before_apply
     assert before_apply["paths"]["/proc/sys/net/core/rmem_max"]["value"] == "4194304"
     assert before_apply["files"]["/etc/nccl.conf"]["content"] == "NCCL_DEBUG=INFO\n"
@@ -352,3 +352,26 @@ def test_archive_moves_the_ledger_aside_so_the_next_apply_records_afresh(tmp_pat
     (tmp_path / "proc/sys/net/core/rmem_max").write_text("1234\n")
     assert core.record(root, LEDGER, ["/proc/sys/net/core/rmem_max"], [], [], None)["paths"]
     assert ledger_on_disk(tmp_path)["paths"]["/proc/sys/net/core/rmem_max"]["value"] == "1234"
+
+
+def test_a_module_loaded_by_tunefleet_is_unloaded_on_restore(tmp_path):
+    build_node(tmp_path)
+    root = str(tmp_path)
+    (tmp_path / "sys/module/ib_core").mkdir(parents=True)
+    added = core.record(root, LEDGER, [], [], [], None, kernel_modules=["nvidia_peermem", "ib_core"])
+    assert added["kernel_modules"] == ["nvidia_peermem", "ib_core"]
+    assert ledger_on_disk(tmp_path)["kernel_modules"]["nvidia_peermem"]["loaded"] is False
+    (tmp_path / "sys/module/nvidia_peermem").mkdir()  # what `modprobe nvidia_peermem` leaves behind
+    systemd = FakeSystemd({})
+    preview = undo.restore(root, core.load_ledger(root, LEDGER), systemd, check_mode=True)
+    assert [(c["target"], c["after"]) for c in preview.changes] == [("nvidia_peermem", "not loaded")]
+    assert systemd.calls == []
+    undo.restore(root, core.load_ledger(root, LEDGER), systemd)
+    assert systemd.calls == [["modprobe", "-r", "nvidia_peermem"]]
+
+
+def test_a_bad_module_name_is_refused(tmp_path):
+    build_node(tmp_path)
+    with pytest.raises(core.LedgerError, match="not a kernel module name"):
+        core.record(str(tmp_path), LEDGER, [], [], [], None, kernel_modules=["../../etc"])
+    assert not (tmp_path / "var").exists()
