@@ -2,6 +2,7 @@
 """Reserve 2 MiB huge pages now (total or per NUMA node) and prove the kernel reserved them."""
 from __future__ import annotations
 
+import glob
 import os
 import re
 from dataclasses import dataclass
@@ -45,6 +46,10 @@ pages:
   returned: always
 paths:
   description: The paths whose count differs from the request.
+  type: list
+  returned: always
+record:
+  description: The total and every node's count file (one pool seen through several files), for the ledger.
   type: list
   returned: always
 """
@@ -135,6 +140,18 @@ def targets(total: Optional[int], per_node: Dict[object, object], proc_root: str
     return found
 
 
+def alias_paths(proc_root: str, sysfs_root: str) -> List[str]:
+    """Every file that shows the same 2 MiB pool: the total and each node's share.
+
+    Writing one changes the others, so the ledger must hold all of them from before the first
+    write, whichever one tunefleet writes; otherwise a restore puts back a count tunefleet set.
+    """
+    total = os.path.join(proc_root, "sys/vm/nr_hugepages")
+    pattern = f"devices/system/node/node[0-9]*/hugepages/hugepages-{PAGE_KB}kB/nr_hugepages"
+    nodes = sorted(glob.glob(os.path.join(sysfs_root, pattern)))
+    return [p for p in [total] + nodes if os.path.exists(p)]
+
+
 def write_value(path: str, value: int) -> None:
     with open(path, "w", encoding="ascii") as handle:
         handle.write(str(value))
@@ -175,6 +192,7 @@ def apply(total: Optional[int], per_node: Dict[object, object], proc_root: str, 
         "changed": bool(to_write),
         "pages": pages,
         "paths": [t.path for t in to_write],
+        "record": alias_paths(proc_root, sysfs_root),
         "warnings": warnings,
         "diff": {"before": "".join(f"{p['name']}: {p['before']}\n" for p in pages),
                  "after": "".join(f"{p['name']}: {p['after']}\n" for p in pages)},

@@ -138,6 +138,16 @@ def test_per_node_accepts_every_spelling_of_a_node(tmp_path):
     assert (node_count(sysfs, 0), node_count(sysfs, 1)) == (256, 512)
 
 
+def test_ledger_gets_the_total_and_every_node_whichever_is_written(tmp_path):
+    # The total and the per-node files show one pool: a restore needs all of them as first seen.
+    proc, sysfs = make_node_tree(tmp_path, {0: 0, 1: 0})
+    record = hugepages.apply(None, {0: 8}, proc, sysfs, check_mode=True)["record"]
+    assert record == [f"{proc}/sys/vm/nr_hugepages",
+                      f"{sysfs}/devices/system/node/node0/hugepages/hugepages-2048kB/nr_hugepages",
+                      f"{sysfs}/devices/system/node/node1/hugepages/hugepages-2048kB/nr_hugepages"]
+    assert hugepages.apply(16, {}, proc, sysfs, check_mode=True)["record"] == record
+
+
 def test_check_mode_writes_nothing(tmp_path):
     proc, sysfs = make_node_tree(tmp_path, {0: 8})
     result = hugepages.apply(None, {0: 16}, proc, sysfs, check_mode=True)
