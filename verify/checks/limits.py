@@ -105,19 +105,19 @@ def judge_login(item: str, expected: object, users: Limit, root: Limit, probe: O
     details = {"users_hard": show(users.hard), "root_hard": show(root.hard)}
     if probe is not None:
         details["su -l nobody"] = probe
-    problems = []
-    for who, limit in (("users (*)", users), ("root", root)):
-        if limit.soft is None:
-            problems.append(f"no limits.conf(.d) entry sets {item} for {who}")
-        elif limit.soft != expected:
+    subjects = (("users (*)", users), ("root", root))
+    unset = [who for who, limit in subjects if limit.soft is None]
+    problems = [f"no limits.conf(.d) entry sets {item} for {' or '.join(unset)}"] if unset else []
+    for who, limit in subjects:
+        if limit.soft is not None and limit.soft != expected:
             problems.append(f"{who} get soft {item} {show(limit.soft)}")
-        elif limit.hard is not None and limit.hard != INFINITY and (expected == INFINITY or limit.hard < expected):
+        elif limit.soft is not None and limit.hard not in (None, INFINITY) and \
+                (expected == INFINITY or limit.hard < expected):
             problems.append(f"{who} get hard {item} {show(limit.hard)} below the soft limit")
     if not problems:
         return result(check_id, ROLE, Status.PASS, expected, observed, details=details)
     return result(check_id, ROLE, Status.FAIL, expected, observed,
-                  f"a new login session: {'; '.join(problems)}, the desired state says {expected}",
-                  f"limits_{item}", details)
+                  f"a new login session: {'; '.join(problems)} (desired: {expected})", f"limits_{item}", details)
 
 
 def parse_probe(text: str) -> dict:
