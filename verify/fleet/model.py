@@ -18,7 +18,8 @@ from verify.result import CheckResult, Status
 NODE_REPORT_NAME = "report.json"
 CROSSNODE_GLOB = "crossnode-*.json"
 # Written by the fleet report itself; never read back as a node report.
-FLEET_OUTPUT_NAMES = frozenset({"fleet_report.json"})
+ADDRESSES_NAME = "fleet_addresses.json"  # host -> addresses, for blaming path MTU failures
+FLEET_OUTPUT_NAMES = frozenset({"fleet_report.json", ADDRESSES_NAME})
 PARALLEL_FROM = 2000
 CLEAN = frozenset({Status.PASS.value, Status.SKIP.value})
 

@@ -43,13 +43,31 @@ def main(args) -> int:
     if not nodes:
         print(f"tunefleet report: no readable node report under {args.directory}", file=sys.stderr)
         return 2
-    summary = build_summary(nodes, errors)
+    summary = build_summary(nodes, errors, read_addresses(Path(args.directory), errors))
     out_dir = Path(args.out or args.directory)
     written = write_reports(summary, out_dir, formats, title=f"tunefleet fleet report: {Path(args.directory).name}")
     print(terminal_summary(summary))
     for path in written:
         print(f"wrote {path}")
     return summary.exit_code()
+
+
+def read_addresses(directory: Path, errors: list) -> dict:
+    """host -> addresses, written by playbooks/verify.yml; {} when absent (a hand-collected DIR)."""
+    from verify.fleet.model import ADDRESSES_NAME, LoadError
+
+    path = directory / ADDRESSES_NAME
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        errors.append(LoadError(str(path), f"unreadable, path MTU failures are not attributed: {exc}"))
+        return {}
+    if not isinstance(data, dict) or not all(isinstance(v, list) for v in data.values()):
+        errors.append(LoadError(str(path), "must map each host to a list of addresses"))
+        return {}
+    return {str(host): [str(a) for a in addrs] for host, addrs in data.items()}
 
 
 def write_reports(summary: FleetSummary, out_dir: Path, formats, title: str = "tunefleet fleet report") -> list:

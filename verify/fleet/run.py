@@ -65,7 +65,7 @@ def runner_kwargs(args, home: Path, run_dir: Path, work: str, progress: Progress
         "private_data_dir": work,
         "playbook": str(home / PLAYBOOK),
         "inventory": os.path.abspath(args.inventory),
-        "extravars": {"verify_report_dir": str(run_dir.parent), "verify_run_id": run_dir.name},
+        "extravars": {"verify_node_report_dir": str(run_dir.parent), "verify_node_run_id": run_dir.name},
         "envvars": env,
         "event_handler": progress,
         "quiet": True,

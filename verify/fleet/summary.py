@@ -6,8 +6,10 @@ this one object, so they cannot disagree.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Optional
 
 from verify.fleet import outliers as outlier_maths
+from verify.fleet.blame import blame_path_mtu
 from verify.fleet.model import NodeReport
 from verify.result import STATUS_ORDER, CheckResult, Status
 
@@ -58,11 +60,15 @@ class FleetSummary:
         return 0
 
 
-def build_summary(nodes: list, load_errors: list) -> FleetSummary:
+def build_summary(nodes: list, load_errors: list, addresses: Optional[dict] = None) -> FleetSummary:
+    """addresses (host -> its addresses) lets path MTU failures be blamed on the host they point at."""
+    blamed = blame_path_mtu(nodes, addresses) if addresses else {}
     metrics = outlier_maths.metric_values(nodes)
     found_outliers = outlier_maths.fleet_outliers(metrics)
     drift = outlier_maths.version_drift(nodes)
     fleet_findings = _fleet_findings(found_outliers, drift)
+    for host, findings in blamed.items():
+        fleet_findings.setdefault(host, []).extend(findings)
     rows = [_host_row(node, fleet_findings.get(node.host, [])) for node in nodes]
     rows.sort(key=lambda r: (STATUS_ORDER[Status(r.worst)], -len(r.problems), r.host))
     return FleetSummary(
