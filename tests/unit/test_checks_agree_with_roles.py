@@ -79,3 +79,20 @@ def test_irqbalance_check_passes_on_the_network_role_ban_files(tmp_path):
     spec = desired_state(network={"interfaces": ["ens1", "ens2"], "irqbalance_mode": "ban"})
     result = irqbalance.run(spec, tree.node())[0]
     assert result.status is Status.PASS, result.reason
+
+
+def test_nccl_conf_check_passes_on_the_gpu_role_template(tmp_path):
+    from tests.helpers.fake_node import desired_state
+    from verify.checks import nccl_conf
+
+    gpu = REPO / "roles" / "gpu"
+    spec_file = importlib.util.spec_from_file_location("gpu_filters", REPO / "plugins" / "filter" / "gpu.py")
+    filters = importlib.util.module_from_spec(spec_file)
+    spec_file.loader.exec_module(filters)
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(gpu / "templates")))
+    env.filters["tunefleet.gpu_node.gpu_nccl_conf_lines"] = filters.gpu_nccl_conf_lines
+    wanted = {"NCCL_DEBUG": "WARN", "NCCL_IB_HCA": "mlx5", "NCCL_SOCKET_IFNAME": "=ens1"}
+    text = env.get_template("nccl.conf.j2").render(gpu_nccl_conf=wanted, ansible_managed="Ansible managed")
+    tree = FakeTree(tmp_path).write("/proc/driver/nvidia/version", "NVRM version: x\n").write("/etc/nccl.conf", text)
+    result = nccl_conf.run(desired_state(gpu={"nccl_conf": wanted}), tree.node())[0]
+    assert result.status is Status.PASS, result.reason
