@@ -219,6 +219,17 @@ def _gpus(node: Node) -> dict:
         return {"source": "none", "gpus": [], "unavailable_reason": str(exc)}
 
 
+def _libraries(node: Node) -> dict:
+    """NCCL (system and framework wheel) and CUDA runtime versions, for the fleet's drift report."""
+    from verify.checks import versions
+
+    extra = node.memo.get("site_dirs") or (versions.live_site_dirs() if node.is_live else ())
+    dirs = versions.site_dirs(node, tuple(extra))
+    found = {"nccl_system": versions.system_nccl(node), "nccl_framework": versions.wheel_version(
+        node, dirs, versions.WHEEL_NCCL), "cuda_runtime": versions.cuda_runtime(node, dirs)}
+    return {key: value[0] if value else None for key, value in found.items()}
+
+
 def _hostname(node: Node) -> str:
     if node.is_live:
         import socket
@@ -248,7 +259,8 @@ def gather_facts(node: Node) -> dict:
     """
     facts: dict = {"host": _hostname(node), "root": node.root}
     parts = (("os", _os_release), ("cpu", _cpu), ("memory_kib", _memory_kib), ("gpus", _gpus),
-             ("nics", _nics), ("block_devices", _block_devices), ("tool_versions", _tool_versions))
+             ("nics", _nics), ("block_devices", _block_devices), ("libraries", _libraries),
+             ("tool_versions", _tool_versions))
     facts["kernel"] = node.read_value("/proc/sys/kernel/osrelease")
     banner = node.read_value("/proc/driver/nvidia/version")
     facts["nvidia_driver_banner"] = banner.splitlines()[0] if banner else None

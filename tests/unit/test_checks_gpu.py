@@ -197,3 +197,10 @@ def test_config_checks_never_import_torch(tmp_path):
             "print('torch' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
+
+
+def test_facts_report_library_versions_for_fleet_drift(tmp_path):
+    from verify.node import gather_facts
+
+    assert gather_facts(_nccl_tree(tmp_path).node())["libraries"] == \
+        {"nccl_system": "2.28.3", "nccl_framework": "2.28.9", "cuda_runtime": None}

@@ -27,8 +27,8 @@ SITE_GLOBS = ("/usr/lib/python3*/site-packages", "/usr/lib/python3*/dist-package
               "/opt/*/*/lib/python3*/site-packages")
 _DEFINE = re.compile(r"#define\s+NCCL_(MAJOR|MINOR|PATCH)\s+(\d+)")
 _LIB = re.compile(r"libnccl\.so\.(\d+\.\d+\.\d+)$")
-_WHEEL = re.compile(r"nvidia_nccl_cu\d+-(\d+\.\d+\.\d+)[^/]*\.dist-info$")
-_CUDART_WHEEL = re.compile(r"nvidia_cuda_runtime(?:_cu\d+)?-(\d+\.\d+)[^/]*\.dist-info$")
+WHEEL_NCCL = re.compile(r"nvidia_nccl_cu\d+-(\d+\.\d+\.\d+)[^/]*\.dist-info$")
+WHEEL_CUDART = re.compile(r"nvidia_cuda_runtime(?:_cu\d+)?-(\d+\.\d+)[^/]*\.dist-info$")
 
 
 def parse_nccl_header(text: str) -> Optional[str]:
@@ -108,7 +108,7 @@ def cuda_runtime(node: Node, dirs: list) -> Optional[tuple]:
             return ".".join(version.split(".")[:2]), "/usr/local/cuda/version.json"
         except (ValueError, KeyError, TypeError, AttributeError):
             pass
-    return wheel_version(node, dirs, _CUDART_WHEEL)
+    return wheel_version(node, dirs, WHEEL_CUDART)
 
 
 def judge_cuda(runtime: Optional[tuple], driver_cuda: Optional[str], driver_version: Optional[str]):
@@ -140,7 +140,7 @@ def run(spec: dict, node: Node) -> list:
     # a replayed snapshot brings the recorded interpreter's site dirs in node.memo
     extra = node.memo.get("site_dirs") or (live_site_dirs() if node.is_live else ())
     dirs = site_dirs(node, tuple(extra))
-    framework = wheel_version(node, dirs, _WHEEL)
+    framework = wheel_version(node, dirs, WHEEL_NCCL)
     inventory = query_gpus(node)
     return [
         judge_nccl(framework, system_nccl(node)),
