@@ -61,6 +61,27 @@ def is_plain_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def as_int(value: Any) -> Optional[int]:
+    """An integer, or digits in a string (what `-e network_mtu=9000` passes); None otherwise."""
+    if is_plain_int(value):
+        return value
+    if isinstance(value, str) and re.fullmatch(r"-?[0-9]+", value.strip()):
+        return int(value)
+    return None
+
+
+TRUE_WORDS = ("true", "yes", "on", "1", "y", "t")
+FALSE_WORDS = ("false", "no", "off", "0", "n", "f")
+
+
+def as_bool(value: Any) -> Optional[bool]:
+    """A flag as Ansible's `| bool` reads it (`-e gpu_enabled=false` is the string 'false')."""
+    if isinstance(value, bool):
+        return value
+    word = str(value).strip().lower()
+    return True if word in TRUE_WORDS else False if word in FALSE_WORDS else None
+
+
 def _bool_problem(variable: str, value: Any) -> Optional[Problem]:
     if isinstance(value, bool):
         return Problem(variable, value, BOOLEAN_REASON)
@@ -171,9 +192,10 @@ def max_mtu_from_ip(output: str) -> Optional[int]:
     return int(found.group(1)) if found else None
 
 
-def mtu_problem(mtu: Any, max_mtu: Optional[int] = None) -> Optional[str]:
-    if not is_plain_int(mtu):
-        return f"must be an integer, not {type(mtu).__name__}"
+def mtu_problem(value: Any, max_mtu: Optional[int] = None) -> Optional[str]:
+    mtu = as_int(value)
+    if mtu is None:
+        return f"must be an integer, not {type(value).__name__}"
     if not MTU_MIN <= mtu <= MTU_MAX:
         return f"outside {MTU_MIN}..{MTU_MAX}"
     if max_mtu and mtu > max_mtu:
@@ -218,7 +240,7 @@ def check_network(root: str, variables: Dict[str, Any], ip_details: IpDetails) -
             problems.append(Problem(variable, value, "must be a mapping (e.g. {rx: 8192, tx: 8192})"))
             continue
         for key, count in value.items():
-            if not is_plain_int(count) or count <= 0:
+            if as_int(count) is None or as_int(count) <= 0:
                 problems.append(Problem(f"{variable}[{key!r}]", count, "must be a positive integer"))
     return problems
 
@@ -241,7 +263,7 @@ def check_storage(root: str, variables: Dict[str, Any]) -> List[Problem]:
     if not isinstance(patterns, list) or not all(isinstance(p, str) and p for p in patterns):
         return [Problem("storage_device_patterns", patterns, "must be a list of glob patterns such as 'nvme*n*'")]
     read_ahead = variables.get("storage_read_ahead_kb")
-    if read_ahead is not None and (not is_plain_int(read_ahead) or read_ahead < 0):
+    if read_ahead is not None and (as_int(read_ahead) is None or as_int(read_ahead) < 0):
         problems.append(Problem("storage_read_ahead_kb", read_ahead, "must be a non-negative integer (KiB)"))
     scheduler = variables.get("storage_scheduler")
     if scheduler is None or scheduler == "":
@@ -264,9 +286,9 @@ def check_memory(root: str, variables: Dict[str, Any]) -> List[Problem]:
         count = variables.get(variable)
         if count is None:
             continue
-        if not is_plain_int(count) or count < 0:
+        if as_int(count) is None or as_int(count) < 0:
             problems.append(Problem(variable, count, "must be a non-negative integer (pages)"))
-        elif count > 0 and not os.path.isdir(_path(root, f"/sys/kernel/mm/hugepages/{directory}")):
+        elif as_int(count) > 0 and not os.path.isdir(_path(root, f"/sys/kernel/mm/hugepages/{directory}")):
             problems.append(Problem(variable, count, f"this host's kernel/CPU has no {directory} huge pages"))
     per_node = variables.get("memory_hugepages_2m_per_node")
     if per_node is not None and not isinstance(per_node, dict):
@@ -277,7 +299,7 @@ def check_memory(root: str, variables: Dict[str, Any]) -> List[Problem]:
         number = str(node)[4:] if str(node).startswith("node") else str(node)
         if isinstance(node, bool) or not number.isdigit():
             problems.append(Problem(label, count, "NUMA node must be a number such as 0 (or 'node0')"))
-        elif not is_plain_int(count) or count < 0:
+        elif as_int(count) is None or as_int(count) < 0:
             problems.append(Problem(label, count, "must be a non-negative integer (pages)"))
         elif not os.path.isdir(_path(root, f"/sys/devices/system/node/node{number}/hugepages/hugepages-2048kB")):
             problems.append(Problem(label, count, f"this host has no NUMA node {number} with 2 MiB huge pages"))
@@ -323,10 +345,11 @@ def check_gpu(root: str, variables: Dict[str, Any]) -> List[Problem]:
     problems: List[Problem] = []
     for variable in ("gpu_persistence_mode", "gpu_nvidia_peermem", "gpu_rdma_expected", "preflight_require_gpu_driver"):
         value = variables.get(variable)
-        if value is not None and not isinstance(value, bool):
+        if value is not None and as_bool(value) is None:
             problems.append(Problem(variable, value, "must be true or false"))
-    wants_driver = variables.get("gpu_persistence_mode") or variables.get("gpu_nvidia_peermem")
-    if variables.get("preflight_require_gpu_driver") is True and wants_driver and not nvidia_driver_loaded(root):
+    wants_driver = as_bool(variables.get("gpu_persistence_mode")) or as_bool(variables.get("gpu_nvidia_peermem"))
+    required = as_bool(variables.get("preflight_require_gpu_driver"))
+    if required and wants_driver and not nvidia_driver_loaded(root):
         problems.append(Problem("preflight_require_gpu_driver", True,
                                 "no NVIDIA driver on this host (/proc/driver/nvidia/version absent) "
                                 "while GPU tuning is required"))
@@ -400,9 +423,9 @@ def preflight(root: str, variables: Dict[str, Any], roles: List[str], ip_details
     for role in roles:
         if role not in ROLE_CHECKS:
             continue
-        enabled = variables.get(f"{role}_enabled", True)
-        if not isinstance(enabled, bool):
-            problems.append(Problem(f"{role}_enabled", enabled, "must be true or false"))
+        enabled = as_bool(variables.get(f"{role}_enabled", True))
+        if enabled is None:
+            problems.append(Problem(f"{role}_enabled", variables[f"{role}_enabled"], "must be true or false"))
             continue
         if enabled:
             problems.extend(ROLE_CHECKS[role](root, variables, ip_details))

@@ -112,7 +112,7 @@ REFUSALS = [
     ({"sysctl_extra_settings": {"net.ipv4.tcp_congestion_control": "dctcp"}}, "'dctcp': not available here"),
     ({"network_mtu": 99999}, "network_mtu = 99999: outside 68..65535"),
     ({"network_mtu": 67}, "network_mtu = 67: outside 68..65535"),
-    ({"network_mtu": "9000"}, "network_mtu = '9000': must be an integer"),
+    ({"network_mtu": "9k"}, "network_mtu = '9k': must be an integer"),
     ({"network_interfaces": ["ib7"]}, "network_interfaces = 'ib7': no such interface"),
     ({"network_ring": {"rx": True}}, "network_ring['rx'] = True: must be a positive integer"),
     ({"network_interface_match": {"vendor": "mlx"}}, "network_interface_match = {'vendor': 'mlx'}: must be"),
@@ -131,7 +131,7 @@ REFUSALS = [
     ({"limits_memlock": True}, "limits_memlock = True: a YAML boolean"),
     ({"limits_systemd_memlock": "unlimited"}, "limits_systemd_memlock = 'unlimited': must be a positive integer or"),
     ({"tunefleet_reboot_policy": "always"}, "tunefleet_reboot_policy = 'always': must be one of never, if_needed"),
-    ({"sysctl_enabled": "yes"}, "sysctl_enabled = 'yes': must be true or false"),
+    ({"sysctl_enabled": "maybe"}, "sysctl_enabled = 'maybe': must be true or false"),
 ]
 
 
@@ -206,3 +206,13 @@ def test_the_gpu_driver_is_found_when_loaded(tmp_path):
     (root / "proc/driver/nvidia").mkdir(parents=True)
     (root / "proc/driver/nvidia/version").write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04\n")
     assert judge(root, preflight_require_gpu_driver=True) == []
+
+
+def test_extra_vars_strings_are_read_as_ansible_reads_them(tmp_path):
+    """`-e network_mtu=9000 -e cpu_enabled=false` arrive as strings; the roles accept them, so must preflight."""
+    root = build_host(tmp_path)
+    assert judge(root, network_mtu="9000", memory_hugepages_2m="512", preflight_require_gpu_driver="false") == []
+    assert judge(root, cpu_enabled="false", cpu_governor="schedutil") == []
+    assert [p.split(":")[1].strip() for p in judge(root, network_mtu="99999")] == ["network_mtu = '99999'"]
+    problems = judge(root, preflight_require_gpu_driver="yes")
+    assert len(problems) == 1 and "no NVIDIA driver" in problems[0]

@@ -49,6 +49,7 @@ HOSTS = {
     "bad-1g": "memory_hugepages_1g: 8",
     "bad-gov": "cpu_governor: ondemand",
     "bad-gpu": "preflight_require_gpu_driver: true",
+    "bad-choice": "network_persist_backend: bogus",  # caught by the network role's own argument spec
 }
 
 
@@ -93,10 +94,12 @@ def test_each_refused_host_is_unchanged_and_named_with_its_variable(tmp_path):
         "bad-1g": "host bad-1g: memory_hugepages_1g = 8",
         "bad-gov": "host bad-gov: cpu_governor = 'ondemand': cpu0 does not offer it",
         "bad-gpu": "host bad-gpu: preflight_require_gpu_driver = True: no NVIDIA driver",
+        "bad-choice": "network_persist_backend must be one of",
     }
     for host, words in expected.items():
         assert words in output, f"{host}: {words!r} not in output"
         assert after[host] == before[host], f"{host} was changed although preflight refused it"
+    assert "got: bogus" in output
     recap = {line.split()[0]: line for line in output.splitlines() if ": ok=" in line}
     assert "failed=0" in recap["good"]
     assert all("failed=1" in recap[h] for h in expected)
