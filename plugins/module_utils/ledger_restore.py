@@ -39,6 +39,8 @@ ENABLEMENT_RESTORED = ("enabled", "disabled", "masked")
 class RestoreResult:
     changes: List[dict] = field(default_factory=list)  # {"kind", "target", "before", "after"}
     errors: List[str] = field(default_factory=list)
+    # Recorded things that no longer exist (a NIC removed or renamed): nothing to write back.
+    skipped: List[str] = field(default_factory=list)
     reloads: List[str] = field(default_factory=list)
     reboot_required: bool = False
     archived_to: Optional[str] = None
@@ -170,7 +172,7 @@ def restore(root: str, ledger: dict, runner: Runner, check_mode: bool = False) -
             result.errors.append(str(exc))
             continue
         if current is None:
-            result.errors.append(f"{path}: recorded value {recorded['value']!r} but the file is gone now")
+            result.skipped.append(f"{path}: recorded {recorded['value']!r}, but the file no longer exists")
         elif not same_value(recorded["value"], current):
             path_writes.append((path, recorded["value"]))
             result.changes.append({"kind": "path", "target": path, "before": current, "after": recorded["value"]})

@@ -375,3 +375,15 @@ def test_a_bad_module_name_is_refused(tmp_path):
     with pytest.raises(core.LedgerError, match="not a kernel module name"):
         core.record(str(tmp_path), LEDGER, [], [], [], None, kernel_modules=["../../etc"])
     assert not (tmp_path / "var").exists()
+
+
+def test_a_value_whose_file_vanished_is_skipped_not_an_error(tmp_path):
+    build_node(tmp_path)
+    root = str(tmp_path)
+    core.record(root, LEDGER, ["/sys/class/net/lo/mtu", "/proc/sys/net/core/rmem_max"], [], [], None)
+    apply_like_the_roles(tmp_path)
+    shutil.rmtree(tmp_path / "sys/class/net/lo")  # the NIC was removed since the apply
+    result = undo.restore(root, core.load_ledger(root, LEDGER), FakeSystemd({}))
+    assert result.errors == []
+    assert result.skipped == ["/sys/class/net/lo/mtu: recorded '65536', but the file no longer exists"]
+    assert (tmp_path / "proc/sys/net/core/rmem_max").read_text() == "4194304"
