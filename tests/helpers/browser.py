@@ -26,8 +26,10 @@ def find_chromium() -> Optional[str]:
 
 def _argv(binary: str, profile: str) -> list:
     # --no-sandbox: CI runs as root, where Chromium refuses its sandbox.
+    # The background/component/sync switches keep a test run from reaching for the network.
     return [binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-            "--no-first-run", "--disable-extensions", f"--user-data-dir={profile}"]
+            "--no-first-run", "--disable-extensions", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync", f"--user-data-dir={profile}"]
 
 
 def dump_dom(page: Path, binary: Optional[str] = None) -> str:
