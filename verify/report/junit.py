@@ -36,5 +36,5 @@ def render(report: dict) -> str:
             ET.SubElement(case, "skipped", message=r.reason)
         elif r.status is Status.WARN:
             ET.SubElement(case, "system-out").text = f"WARN: {r.reason}\n{text}"
-    ET.indent(suites) if hasattr(ET, "indent") else None
+    ET.indent(suites)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
