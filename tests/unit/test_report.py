@@ -9,11 +9,14 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.helpers.fake_node import FakeTree, desired_state
 from verify.local_run import verify_node
 from verify.report import SCHEMA, render, write_reports
 from verify.report import terminal as terminal_report
+from verify.result import CheckResult, Status
 
 SCHEMA_FILE = Path(__file__).resolve().parents[2] / "verify" / "schema" / "node_report.v1.json"
 
@@ -102,3 +105,33 @@ def test_html_without_jinja2_is_skipped_with_a_message(report, tmp_path, monkeyp
     written, skipped = write_reports(report, ["json", "html"], str(tmp_path / "bare"))
     assert [Path(p).name for p in written] == ["report.json"]
     assert skipped and "jinja2 is not installed" in skipped[0]
+
+
+def _report_with(results) -> dict:
+    from verify.report import build_report
+
+    facts = {"host": "n1", "kernel": "6.8", "os": None, "cpu": None, "gpus": None, "nics": [],
+             "block_devices": [], "tool_versions": {}}
+    return build_report(desired_state(), facts, results, {"duration_s": 0.1, "config_checks_s": 0.01})
+
+
+TEXT = st.text(max_size=60)
+RESULTS = st.lists(st.builds(
+    CheckResult, check_id=st.text(min_size=1, max_size=30), role=TEXT, status=st.sampled_from(list(Status)),
+    expected=st.one_of(st.none(), TEXT, st.integers()), observed=st.one_of(st.none(), TEXT, st.integers()),
+    reason=TEXT, remediation=TEXT), max_size=6)
+
+
+@settings(max_examples=80, deadline=None)
+@given(results=RESULTS)
+def test_any_result_text_renders_to_valid_junit_and_prometheus(results):
+    report = _report_with(results)
+    suite = ET.fromstring(render(report, "junit")).find("testsuite")
+    assert int(suite.get("tests")) == len(results)
+    text = render(report, "prom")
+    parser = pytest.importorskip("prometheus_client.parser")
+    checks = {s.labels["check"] for f in parser.text_string_to_metric_families(text)
+              if f.name == "tunefleet_check_ok" for s in f.samples}
+    assert checks == {r.check_id for r in results}
+    json.loads(render(report, "json"))
+    render(report, "md")

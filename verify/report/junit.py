@@ -4,10 +4,18 @@ FAIL -> <failure>, ERROR -> <error>, SKIP -> <skipped>; WARN passes with the war
 """
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 
 from verify.report import one_line, results_of
 from verify.result import Status
+
+# Characters XML 1.0 cannot carry at all (tool output may hold them): shown as \xNN instead.
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def xml_text(value: object) -> str:
+    return _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", str(value))
 
 
 def render(report: dict) -> str:
@@ -17,24 +25,26 @@ def render(report: dict) -> str:
     suites = ET.Element("testsuites", name="tunefleet", tests=str(len(results)),
                         failures=str(counts["FAIL"]), errors=str(counts["ERROR"]),
                         skipped=str(counts["SKIP"]), time=seconds)
-    suite = ET.SubElement(suites, "testsuite", name=f"tunefleet.{report['host']}", hostname=report["host"],
+    host = xml_text(report["host"])
+    suite = ET.SubElement(suites, "testsuite", name=f"tunefleet.{host}", hostname=host,
                           tests=str(len(results)), failures=str(counts["FAIL"]), errors=str(counts["ERROR"]),
                           skipped=str(counts["SKIP"]), timestamp=report["generated_at"], time=seconds)
     properties = ET.SubElement(suite, "properties")
     ET.SubElement(properties, "property", name="schema", value=report["schema"])
-    ET.SubElement(properties, "property", name="profile", value=str(report.get("profile") or ""))
+    ET.SubElement(properties, "property", name="profile", value=xml_text(report.get("profile") or ""))
     for r in results:
-        case = ET.SubElement(suite, "testcase", classname=f"tunefleet.{r.role}", name=r.check_id, time="0")
-        text = f"expected: {one_line(r.expected)}\nobserved: {one_line(r.observed)}\n"
-        if r.remediation:
-            text += f"remediation: {r.remediation}\n"
+        case = ET.SubElement(suite, "testcase", classname=xml_text(f"tunefleet.{r.role}"), name=xml_text(r.check_id),
+                             time="0")
+        text = xml_text(f"expected: {one_line(r.expected)}\nobserved: {one_line(r.observed)}\n"
+                        + (f"remediation: {r.remediation}\n" if r.remediation else ""))
+        reason = xml_text(r.reason)
         if r.status is Status.FAIL:
-            ET.SubElement(case, "failure", message=r.reason, type="FAIL").text = text
+            ET.SubElement(case, "failure", message=reason, type="FAIL").text = text
         elif r.status is Status.ERROR:
-            ET.SubElement(case, "error", message=r.reason, type="ERROR").text = text
+            ET.SubElement(case, "error", message=reason, type="ERROR").text = text
         elif r.status is Status.SKIP:
-            ET.SubElement(case, "skipped", message=r.reason)
+            ET.SubElement(case, "skipped", message=reason)
         elif r.status is Status.WARN:
-            ET.SubElement(case, "system-out").text = f"WARN: {r.reason}\n{text}"
+            ET.SubElement(case, "system-out").text = f"WARN: {reason}\n{text}"
     ET.indent(suites)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
