@@ -7,6 +7,7 @@ modified z = 0.6745 (x - median) / MAD (Iglewicz and Hoaglin, 1993), flagged bey
 """
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -148,8 +149,9 @@ def fleet_outliers(metrics: dict) -> list:
 def versions_of(facts: dict) -> dict:
     """Flattened version facts: 'gpus[].driver_version' -> 'a,b' (per-device values joined)."""
     flat: dict = {}
-    _flatten(facts, "", flat)
-    return {key: ",".join(values) for key, values in flat.items() if VERSION_KEY.search(key)}
+    if isinstance(facts, (dict, list)):
+        _flatten(facts, "", flat)
+    return {key: ",".join(values) for key, values in flat.items()}
 
 
 def version_drift(nodes: list) -> list:
@@ -174,14 +176,20 @@ def version_drift(nodes: list) -> list:
 
 
 def _flatten(value, prefix: str, out: dict) -> None:
-    if isinstance(value, dict):
-        for key, inner in value.items():
-            _flatten(inner, f"{prefix}.{key}" if prefix else str(key), out)
-    elif isinstance(value, list):
-        for inner in value:
-            _flatten(inner, f"{prefix}[]", out)
-    elif value is not None and not isinstance(value, bool):
-        out.setdefault(prefix, []).append(str(value))
+    """Version-like leaves of a facts tree into out (path -> [values]); lists collapse to '[]'."""
+    items = value.items() if isinstance(value, dict) else (("[]", inner) for inner in value)
+    for key, inner in items:
+        path = f"{prefix}{key}" if key == "[]" else (f"{prefix}.{key}" if prefix else str(key))
+        if isinstance(inner, (dict, list)):
+            _flatten(inner, path, out)
+        elif inner is not None and not isinstance(inner, bool) and _is_version_key(path):
+            out.setdefault(path, []).append(str(inner))
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_version_key(path: str) -> bool:
+    # Fleets repeat the same few hundred fact paths on every host: match each path once.
+    return VERSION_KEY.search(path) is not None
 
 
 def _is_measurement(result) -> bool:

@@ -72,8 +72,7 @@ def read_addresses(directory: Path, errors: list) -> dict:
 
 def write_reports(summary: FleetSummary, out_dir: Path, formats, title: str = "tunefleet fleet report") -> list:
     out_dir.mkdir(parents=True, exist_ok=True)
-    # No indent: json's C encoder only runs without one, and a 10,000-host report is 20 MB.
-    renderers = {"json": lambda: json.dumps(to_json(summary), default=str),
+    renderers = {"json": lambda: _json_text(to_json(summary)),
                  "md": lambda: to_markdown(summary, title), "html": lambda: to_html(summary, title),
                  "junit": lambda: to_junit(summary)}
     written = []
@@ -82,6 +81,15 @@ def write_reports(summary: FleetSummary, out_dir: Path, formats, title: str = "t
         _write_atomically(path, renderers[fmt]())
         written.append(path)
     return written
+
+
+def _json_text(document: dict) -> str:
+    """No indent: json's C encoder only runs without one, and a 10,000-host report is 20 MB."""
+    try:
+        import orjson
+    except ImportError:
+        return json.dumps(document, default=str)
+    return orjson.dumps(document, default=str).decode("utf-8")
 
 
 def to_json(summary: FleetSummary) -> dict:
