@@ -59,13 +59,13 @@ def worker(args: argparse.Namespace) -> int:
     import time
     from datetime import timedelta
 
+    rank, world, local_rank = rank_env()  # before importing torch: a bad start fails in milliseconds
     import torch
     import torch.distributed as dist
 
     from verify.bench.common import parse_size
     from verify.bench.torch_allreduce import bus_factor, sweep
 
-    rank, world, local_rank = rank_env()
     os.environ.setdefault("RANK", str(rank))
     os.environ.setdefault("WORLD_SIZE", str(world))
     if args.backend == "nccl":

@@ -1,0 +1,66 @@
+"""`tunefleet verify -i`: live per-host progress from ansible-runner events, and the exit code."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from verify.fleet.run import Progress, finish, runner_kwargs
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "fleet"
+EVENTS = json.loads((FIXTURES / "ansible_runner_events.json").read_text())
+
+
+def test_each_finished_task_is_one_line_per_host_and_failures_say_why():
+    lines = []
+    progress = Progress(write=lines.append)
+    for event in EVENTS:
+        assert progress(event) is True
+    assert lines[0].startswith("== ")
+    assert lines[1].split() == ["localhost", "ok", "A", "task", "that", "works"]
+    assert "FAILED" in lines[2] and "A task that fails: non-zero return code" in lines[2]
+    assert progress.failed == {"localhost": ["A task that fails: non-zero return code"]}
+
+
+def write_report(run_dir: Path, bad: list, errors: list = ()) -> None:
+    run_dir.mkdir(parents=True)
+    hosts = [{"host": h, "worst": "FAIL", "problems": [{"check_id": "sysctl.x", "reason": "x is 1, expected 2"}]}
+             for h in bad] + [{"host": "good", "worst": "PASS", "problems": []}]
+    report = {"hosts": hosts, "bad_hosts": bad, "load_errors": list(errors)}
+    (run_dir / "fleet_report.json").write_text(json.dumps(report))
+
+
+def test_the_exit_code_names_bad_hosts_first_then_hosts_that_never_reported(tmp_path):
+    lines = []
+    write_report(tmp_path / "a", ["n3"])
+    assert finish(2, "failed", tmp_path / "a", Progress(write=lines.append), write=lines.append) == 1
+    assert any("FAIL  n3: sysctl.x: x is 1, expected 2" in line for line in lines)
+    write_report(tmp_path / "b", [])
+    unreachable = Progress(write=lambda _: None)
+    unreachable.unreachable.add("n9")
+    lines.clear()
+    assert finish(4, "failed", tmp_path / "b", unreachable, write=lines.append) == 2
+    assert "UNREACHABLE n9: no report from this host" in " ".join(lines)
+    write_report(tmp_path / "c", [])
+    assert finish(0, "successful", tmp_path / "c", Progress(write=lambda _: None), write=lambda _: None) == 0
+
+
+def test_a_run_that_died_before_the_report_is_an_error_with_the_last_failure(tmp_path):
+    lines = []
+    progress = Progress(write=lambda _: None)
+    for event in EVENTS:
+        progress(event)
+    assert finish(2, "failed", tmp_path / "missing", progress, write=lines.append) == 2
+    assert "before the fleet report was written" in lines[0]
+    assert lines[1] == "  localhost: A task that fails: non-zero return code"
+
+
+def test_the_playbook_gets_the_run_directory_and_the_limit(tmp_path):
+    args = argparse.Namespace(inventory="inventory/local", limit="gpu[0:3]", quiet=False)
+    kwargs = runner_kwargs(args, Path("/opt/tunefleet"), tmp_path / "reports" / "20260101T000000Z", "/tmp/w",
+                           Progress(write=lambda _: None))
+    assert kwargs["playbook"] == "/opt/tunefleet/playbooks/verify.yml"
+    assert kwargs["limit"] == "gpu[0:3]"
+    assert kwargs["extravars"] == {"verify_node_report_dir": str(tmp_path / "reports"),
+                                   "verify_node_run_id": "20260101T000000Z"}
+    assert kwargs["envvars"]["ANSIBLE_ROLES_PATH"] == "/opt/tunefleet/roles"
