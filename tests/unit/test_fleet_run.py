@@ -64,3 +64,27 @@ def test_the_playbook_gets_the_run_directory_and_the_limit(tmp_path):
     assert kwargs["extravars"] == {"verify_node_report_dir": str(tmp_path / "reports"),
                                    "verify_node_run_id": "20260101T000000Z"}
     assert kwargs["envvars"]["ANSIBLE_ROLES_PATH"] == "/opt/tunefleet/roles"
+
+
+def test_the_node_packs_its_reports_flat_in_one_archive(tmp_path):
+    import tarfile
+
+    from verify.fleet.noderun import archive_reports
+
+    (tmp_path / "report").mkdir()
+    for name in ("report.json", "report.md", "tunefleet.prom"):
+        (tmp_path / "report" / name).write_text(name)
+    assert archive_reports(str(tmp_path / "report"), str(tmp_path / "r.tar.gz")) == 3
+    with tarfile.open(tmp_path / "r.tar.gz") as tar:
+        assert tar.getnames() == ["report.json", "report.md", "tunefleet.prom"]
+
+
+def test_a_node_run_without_a_report_is_exit_3_not_a_verdict(tmp_path, capsys):
+    from verify.fleet.noderun import main
+
+    (tmp_path / "spec.json").write_text("{}")
+    code = main(["--spec", str(tmp_path / "spec.json"), "--out", str(tmp_path / "out"),
+                 "--archive", str(tmp_path / "r.tar.gz")])
+    assert code == 3
+    assert "without writing" in capsys.readouterr().err
+    assert not (tmp_path / "r.tar.gz").exists()

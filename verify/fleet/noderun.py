@@ -1,0 +1,45 @@
+"""What the fleet playbook runs on each node: `verify --local`, then its reports in one archive.
+
+Over SSH (or podman exec) every fetched file is a round trip; one archive per node is one.
+Runs on a bare python3 (standard library only). Exit code: verify's own (0, 1 or 2), or 3 when
+verify did not leave a report at all.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tarfile
+from typing import Optional, Sequence
+
+
+def archive_reports(report_dir: str, archive: str) -> int:
+    """Pack the report files flat (no directory) so the controller unpacks them into <run>/<host>/."""
+    names = sorted(n for n in os.listdir(report_dir) if os.path.isfile(os.path.join(report_dir, n)))
+    with tarfile.open(archive, "w:gz") as tar:
+        for name in names:
+            tar.add(os.path.join(report_dir, name), arcname=name)
+    return len(names)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python3 -m verify.fleet.noderun")
+    parser.add_argument("--spec", required=True)
+    parser.add_argument("--out", required=True, help="directory for the reports")
+    parser.add_argument("--format", default="json,md,junit,prom")
+    parser.add_argument("--archive", required=True, help="tar.gz of the reports, for one fetch")
+    args = parser.parse_args(argv)
+    from verify.cli import main as verify_main
+
+    code = verify_main(["verify", "--local", "--spec", args.spec, "--out", args.out, "--format", args.format,
+                        "--quiet"])
+    if not os.path.isfile(os.path.join(args.out, "report.json")):
+        print(f"verify exited {code} without writing {args.out}/report.json", file=sys.stderr)
+        return 3
+    count = archive_reports(args.out, args.archive)
+    print(f"verify exited {code}; {count} report files in {args.archive}")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
