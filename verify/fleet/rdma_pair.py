@@ -1,0 +1,66 @@
+"""One RDMA pair test of the fleet, run on the client host: `python3 -m verify.fleet.rdma_pair`.
+
+The measuring is verify.bench.perftest's (server started on the partner over ssh, client here,
+judged against the port rate or the profile); this module only names the partner in each
+result, so the controller can tell which pair failed and re-test the suspects with other
+partners (verify/fleet/pairing.py). Runs on a bare python3.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Optional, Sequence
+
+PREFIX = "fleet.rdma_pair"
+
+
+def pair_results(results: list, server_host: str, client_host: str) -> list:
+    """The perftest results as fleet results naming both ends; a pair passes only if all passed."""
+    out = []
+    for r in results:
+        data = r.to_dict()
+        suffix = data["check_id"][len("bench.rdma"):]
+        data["check_id"] = f"{PREFIX}.{server_host}{suffix}"
+        data["role"] = "fleet"
+        data["details"] = dict(data.get("details") or {}, server=server_host, client=client_host)
+        if data["status"] in ("FAIL", "ERROR"):
+            data["reason"] = f"with {server_host} as server: {data['reason']}"
+        out.append(data)
+    return out
+
+
+def pair_passed(records: list) -> Optional[bool]:
+    """True/False for the pairing maths; None when nothing ran (SKIP only): no verdict either way."""
+    statuses = {r["status"] for r in records}
+    if not statuses or statuses == {"SKIP"}:
+        return None
+    return statuses <= {"PASS", "WARN", "SKIP"}
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python3 -m verify.fleet.rdma_pair")
+    parser.add_argument("--server-host", required=True, help="inventory name of the partner")
+    parser.add_argument("--server-addr", required=True, help="address ssh and perftest reach it at")
+    parser.add_argument("--client-host", required=True)
+    parser.add_argument("--spec", default="", help="desired state (verify_thresholds)")
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    from verify.bench import perftest
+    from verify.node import Node
+
+    spec = None
+    if args.spec:
+        with open(args.spec, encoding="utf-8") as handle:
+            spec = json.load(handle)
+    records = pair_results(perftest.run(spec, None, Node(), {"peer": args.server_addr}),
+                           args.server_host, args.client_host)
+    with open(args.out, "w", encoding="utf-8") as handle:
+        json.dump(records, handle, indent=1, default=str)
+    verdict = pair_passed(records)
+    print(json.dumps({"server": args.server_host, "client": args.client_host, "passed": verdict}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
