@@ -39,7 +39,7 @@ $(STAMP): pyproject.toml
 
 system-deps:
 	@missing=""; \
-	for pkg in podman runc debootstrap fio chromium iproute2 ethtool; do \
+	for pkg in podman runc debootstrap fio chromium iproute2 iputils-ping ethtool; do \
 	  dpkg -s $$pkg >/dev/null 2>&1 || missing="$$missing $$pkg"; \
 	done; \
 	if [ -n "$$missing" ]; then \

@@ -82,8 +82,11 @@ def render_spec(overrides: Optional[dict] = None, hostname: str = "localhost", r
     )
     try:
         text = env.get_template("desired_state.json.j2").render(**variables)
-    except jinja2.UndefinedError as exc:
-        raise SpecError(f"rendering the desired state: {exc} (a role default is missing)") from exc
+    except (jinja2.UndefinedError, TypeError) as exc:
+        # StrictUndefined surfaces as UndefinedError, or TypeError once an undefined value is
+        # used inside an expression (dict(**undefined)): both mean a role variable is missing.
+        hint = "a role variable is missing or of the wrong type"
+        raise SpecError(f"rendering the desired state: {exc} ({hint})") from exc
     return validate_spec(json.loads(text), "templates/desired_state.json.j2")
 
 
