@@ -135,3 +135,14 @@ def test_reading_in_parallel_gives_the_same_fleet_and_errors(tmp_path, monkeypat
     assert [n.host for n in parallel_nodes] == [n.host for n in serial_nodes]
     assert [n.statuses for n in parallel_nodes] == [n.statuses for n in serial_nodes]
     assert parallel_errors == serial_errors and len(serial_errors) == 1
+
+
+def test_hosts_are_named_by_their_inventory_directory_not_their_own_hostname(tmp_path):
+    report, _ = base()
+    assert report["host"] == "vm"
+    (tmp_path / "gpu-a").mkdir()
+    (tmp_path / "gpu-a" / "report.json").write_text(json.dumps(report))
+    nodes, errors = load_fleet_dir(str(tmp_path))
+    assert [n.host for n in nodes] == ["gpu-a"] and errors == []
+    nodes, _ = load_fleet_dir(str(tmp_path / "gpu-a"))  # one node's own directory
+    assert [n.host for n in nodes] == ["vm"]

@@ -112,9 +112,9 @@ def load_fleet_dir(directory: str, workers: Optional[int] = None) -> tuple:
 
         chunks = [paths[i::workers] for i in range(workers)]
         with ProcessPoolExecutor(max_workers=workers) as pool:
-            loaded = [item for part in pool.map(_load_paths, chunks) for item in part]
+            loaded = [item for part in pool.map(_load_paths, chunks, [root] * workers) for item in part]
     else:
-        loaded = _load_paths(paths)
+        loaded = _load_paths(paths, root)
     nodes: dict = {}
     errors: list = []
     for item in sorted(loaded, key=lambda i: i.source if isinstance(i, NodeReport) else i.path):
@@ -127,7 +127,7 @@ def load_fleet_dir(directory: str, workers: Optional[int] = None) -> tuple:
     return [nodes[h] for h in sorted(nodes)], errors
 
 
-def _load_paths(paths: list) -> list:
+def _load_paths(paths: list, root: Path) -> list:
     """NodeReport or LoadError per path, cross-node results attached (errors of those appended)."""
     out: list = []
     for path in paths:
@@ -137,6 +137,10 @@ def _load_paths(paths: list) -> list:
         except (OSError, ValueError) as exc:
             out.append(LoadError(str(path), _describe(exc)))
             continue
+        if path.name == NODE_REPORT_NAME and path.parent.parent == root:
+            # <run>/<inventory name>/report.json: the name the operator, the pairing and the
+            # address map use, even where the node's own hostname differs.
+            node.host = path.parent.name
         _attach_crossnode(node, path.parent if path.name == NODE_REPORT_NAME else None, out)
         out.append(node)
     return out
