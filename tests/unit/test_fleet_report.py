@@ -44,6 +44,8 @@ def test_the_slow_host_is_named_with_the_fleet_median_and_fails(tmp_path, capsys
     data = json.loads((directory / "fleet_report.json").read_text())
     assert data["bad_hosts"] == ["gpu-00000"]
     assert data["hosts"][0]["host"] == "gpu-00000"  # failures first
+    # The other hosts skip GPU checks (no GPU) but passed the rest: they read as PASS.
+    assert data["hosts_by_worst_status"] == {"FAIL": 1, "ERROR": 0, "WARN": 1, "PASS": 6, "SKIP": 0}
     problem = data["hosts"][0]["problems"][0]
     assert problem["check_id"] == "fleet.outlier.fleet.nccl_allreduce_multinode"
     assert "of the fleet median" in problem["reason"]

@@ -17,6 +17,7 @@ from verify.result import STATUS_ORDER, CheckResult, Status
 OUTLIER_FAIL_RATIO = 0.8
 NOT_CLEAN = frozenset({Status.FAIL.value, Status.ERROR.value, Status.WARN.value})
 STATUSES = [s.value for s in sorted(Status, key=lambda s: STATUS_ORDER[s])]
+HOST_ORDER = ("FAIL", "ERROR", "WARN", "PASS", "SKIP")
 
 
 @dataclass
@@ -41,7 +42,7 @@ class FleetSummary:
 
     @property
     def host_counts(self) -> dict:
-        tally = dict.fromkeys(STATUSES, 0)
+        tally = dict.fromkeys(HOST_ORDER, 0)
         for row in self.rows:
             tally[row.worst] += 1
         return tally
@@ -70,7 +71,7 @@ def build_summary(nodes: list, load_errors: list, addresses: Optional[dict] = No
     for host, findings in blamed.items():
         fleet_findings.setdefault(host, []).extend(findings)
     rows = [_host_row(node, fleet_findings.get(node.host, [])) for node in nodes]
-    rows.sort(key=lambda r: (STATUS_ORDER[Status(r.worst)], -len(r.problems), r.host))
+    rows.sort(key=lambda r: (HOST_ORDER.index(r.worst), -len(r.problems), r.host))
     return FleetSummary(
         rows=rows,
         check_ids=_columns(rows),
@@ -112,7 +113,9 @@ def _host_row(node: NodeReport, extra: list) -> HostRow:
         counts[status] += 1
     problems = [r for r in list(node.results) + extra if r.status not in (Status.PASS, Status.SKIP)]
     problems.sort(key=lambda r: (STATUS_ORDER[r.status], r.check_id))
-    worst = next((s for s in STATUSES if counts[s]), Status.SKIP.value)
+    # A host is SKIP only when nothing on it could be checked; some SKIPs among PASSes are normal
+    # (no GPU, no RDMA) and such a host reads as PASS.
+    worst = next((s for s in HOST_ORDER if counts[s]), Status.SKIP.value)
     return HostRow(node.host, worst, counts, statuses, problems, node.source)
 
 
