@@ -20,7 +20,8 @@ description:
     globs in I(match) (both globs must match when both are given).
   - For each one reads C(device/numa_node), C(device/local_cpulist), C(device/msi_irqs), the driver,
     the PCI address and the MTU from sysfs, and detects how the node persists network settings
-    (netplan, NetworkManager, systemd-networkd, ifupdown).
+    (netplan, NetworkManager, systemd-networkd, ifupdown); under netplan, whether each NIC is an
+    C(ethernets) ID there, and under networkd, the .network file that manages it.
   - Reads only; safe in check mode.
 options:
   names:
@@ -157,6 +158,11 @@ def parse_networkd_file(networkctl_status: str):
     return found.group(1)
 
 
+def netplan_defines(netplan_get_output: str) -> bool:
+    """`netplan get ethernets.NAME` prints `null` for an ID no netplan file defines."""
+    return netplan_get_output.strip() not in ("", "null")
+
+
 def _binary_finder(name: str) -> bool:
     return any(
         shutil.which(name, path=directory) for directory in ("/usr/sbin", "/sbin", "/usr/bin", "/bin")
@@ -188,6 +194,13 @@ def main() -> None:
 
     for nic in nics:
         nic["networkd_file"] = None
+        nic["netplan_defined"] = False
+    if backend == "netplan":
+        netplan = module.get_bin_path("netplan")
+        for nic in nics:
+            if netplan:
+                rc, out, _err = module.run_command([netplan, "get", f"ethernets.{nic['name']}"])
+                nic["netplan_defined"] = rc == 0 and netplan_defines(out)
     if backend == "networkd":
         networkctl = module.get_bin_path("networkctl")
         for nic in nics:

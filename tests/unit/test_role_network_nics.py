@@ -190,6 +190,11 @@ def test_ethtool_values_the_nic_cannot_take_are_refused(wanted, message):
         filters.network_ethtool_args((FIXTURES / "ethtool_l_veth.txt").read_text(), wanted, "va")
 
 
+def test_netplan_null_means_not_defined():
+    assert nic_info.netplan_defines((FIXTURES / "netplan_get_defined.txt").read_text())
+    assert not nic_info.netplan_defines((FIXTURES / "netplan_get_undefined.txt").read_text())
+
+
 def test_networkd_file_from_real_networkctl_output():
     assert (
         nic_info.parse_networkd_file((FIXTURES / "networkctl_status_managed.txt").read_text())
@@ -252,8 +257,13 @@ def test_boot_script_is_valid_sh_and_tunes_each_nic():
 
 
 def test_netplan_and_networkmanager_drop_ins_name_each_nic():
-    nics = [{"name": "ens1f0np0"}, {"name": "ens2f0np0"}]
+    nics = [
+        {"name": "ens1f0np0", "netplan_defined": True},
+        {"name": "ens2f0np0", "netplan_defined": True},
+        {"name": "ib0", "netplan_defined": False},
+    ]
     netplan = yaml.safe_load(render("netplan-90-tunefleet.yaml.j2", __network_nics=nics, network_mtu=9000))
+    # ib0 is not in the user's netplan: defining it here would hand it to netplan's renderer
     assert netplan == {"network": {"version": 2, "ethernets": {"ens1f0np0": {"mtu": 9000}, "ens2f0np0": {"mtu": 9000}}}}
     nm = render("NetworkManager-90-tunefleet.conf.j2", __network_nics=nics, network_mtu=9000)
     assert "[connection-tunefleet-ens2f0np0]\nmatch-device=interface-name:ens2f0np0\nethernet.mtu=9000" in nm
