@@ -30,10 +30,25 @@ gpu_node:
 
 
 UNIT_DIRS = ("etc/systemd/system", "run/systemd/system", "usr/lib/systemd/system", "lib/systemd/system")
+# The gpu role writes its own nvidia-persistenced unit where the driver shipped none; that one
+# carries this mark, so a second run still knows there is no distribution unit to drop into.
+OWN_UNIT_MARK = "(tunefleet gpu role)"
 
 
 def unit_exists(root: str, unit: str) -> bool:
-    return any(os.path.exists(os.path.join(root, d, unit)) for d in UNIT_DIRS)
+    """A unit installed by anything but the gpu role itself."""
+    for directory in UNIT_DIRS:
+        path = os.path.join(root, directory, unit)
+        if not os.path.exists(path):
+            continue
+        try:
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                if OWN_UNIT_MARK in handle.read():
+                    continue
+        except OSError:
+            pass
+        return True
+    return False
 
 
 def gather(root: str, which: Callable[[str], Optional[str]], module_known: Callable[[str], bool]) -> dict:

@@ -76,6 +76,17 @@ def test_driver_units_and_peermem_found(tmp_path):
     assert node["peermem_loaded"] is True and node["peermem_available"] is True
 
 
+def test_own_persistenced_unit_is_not_taken_for_the_distribution_one(tmp_path):
+    # Without this, a second run would add a drop-in to the role's own unit (not idempotent).
+    units = tmp_path / "etc/systemd/system"
+    units.mkdir(parents=True)
+    own = (ROOT / "roles/gpu/templates/nvidia-persistenced.service.j2").read_text()
+    (units / "nvidia-persistenced.service").write_text(own.replace("{{ ansible_managed }}", "Ansible managed"))
+    assert facts.gather(str(tmp_path), lambda n: None, lambda n: False)["persistenced_unit"] is False
+    (units / "nvidia-persistenced.service").write_text("[Service]\nExecStart=/usr/bin/nvidia-persistenced\n")
+    assert facts.gather(str(tmp_path), lambda n: None, lambda n: False)["persistenced_unit"] is True
+
+
 def test_peermem_available_but_not_loaded(tmp_path):
     node = facts.gather(str(tmp_path), which=lambda name: None, module_known=lambda name: name == "nvidia_peermem")
     assert node["peermem_loaded"] is False and node["peermem_available"] is True
