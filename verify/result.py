@@ -35,7 +35,7 @@ class CheckResult:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict) -> "CheckResult":
+    def from_dict(cls, data: dict) -> CheckResult:
         return cls(
             check_id=str(data["check_id"]),
             role=str(data.get("role", "")),

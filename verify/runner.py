@@ -1,6 +1,7 @@
 """The thin layer that runs commands on the node. Tests inject a fake with the same call."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -60,9 +61,8 @@ def run_command(
         out, err = proc.communicate(timeout=timeout_s)
         return CommandOutput(list(argv), proc.returncode, out, err, time.monotonic() - start)
     except subprocess.TimeoutExpired:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         out, err = proc.communicate()
-        return CommandOutput(list(argv), proc.returncode, out or "", err or "", time.monotonic() - start, timed_out=True)
+        elapsed = time.monotonic() - start
+        return CommandOutput(list(argv), proc.returncode, out or "", err or "", elapsed, timed_out=True)
