@@ -254,3 +254,48 @@ def test_defaults_match_argument_specs():
     specs = yaml.safe_load((ROOT / "roles/memory/meta/argument_specs.yml").read_text())
     options = specs["argument_specs"]["main"]["options"]
     assert {name: spec.get("default") for name, spec in options.items()} == defaults
+
+
+# --- the GRUB drop-in, sourced the way grub-mkconfig sources it -----------------------------
+
+def render_grub_dropin(os_family: str, count: int) -> str:
+    import jinja2
+
+    grub = yaml.safe_load((ROOT / "roles/memory/vars/main.yml").read_text())["__memory_grub"]
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(ROOT / "roles/memory/templates")),
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, keep_trailing_newline=True)
+    env.filters["tunefleet.gpu_node.memory_grub_args"] = memory_filters.memory_grub_args
+    return env.get_template("grub-tunefleet.cfg.j2").render(
+        ansible_managed="Ansible managed", ansible_facts={"os_family": os_family},
+        __memory_grub=grub, memory_hugepages_1g=count)
+
+
+@pytest.mark.parametrize(("os_family", "variable", "before", "after"), [
+    ("Debian", "GRUB_CMDLINE_LINUX_DEFAULT", "quiet splash", "quiet splash hugepagesz=1G hugepages=4"),
+    ("Debian", "GRUB_CMDLINE_LINUX_DEFAULT", "", "hugepagesz=1G hugepages=4"),
+    ("RedHat", "GRUB_CMDLINE_LINUX", "crashkernel=auto rhgb quiet",
+     "crashkernel=auto rhgb quiet hugepagesz=1G hugepages=4"),
+])
+def test_grub_dropin_appends_when_sourced_by_sh(tmp_path, os_family, variable, before, after):
+    import subprocess
+
+    dropin = tmp_path / "90-tunefleet.cfg"
+    dropin.write_text(render_grub_dropin(os_family, 4))
+    # grub-mkconfig runs under `set -e` and sources /etc/default/grub, then (Debian) grub.d/*.cfg.
+    script = f'set -e\n{variable}="{before}"\n. {dropin}\nprintf "%s" "${variable}"\n'
+    shown = subprocess.run(["/bin/sh", "-c", script], capture_output=True, text=True, check=True).stdout
+    assert shown == after
+
+
+def test_redhat_source_line_is_harmless_without_the_dropin(tmp_path):
+    import subprocess
+
+    tasks = yaml.safe_load((ROOT / "roles/memory/tasks/kernel_cmdline.yml").read_text())
+    line = next(t for t in tasks if "ansible.builtin.lineinfile" in t)["ansible.builtin.lineinfile"]["line"]
+    line = line.replace("{{ __memory_grub_dropin }}", str(tmp_path / "absent.cfg"))
+    default_grub = tmp_path / "grub"
+    default_grub.write_text(f'GRUB_CMDLINE_LINUX="quiet"\n{line}\n')
+    # Sourced as the last line under `set -e`: a missing drop-in must not abort grub2-mkconfig.
+    result = subprocess.run(["/bin/sh", "-c", f'set -e\n. {default_grub}\necho "ok $GRUB_CMDLINE_LINUX"'],
+                            capture_output=True, text=True)
+    assert result.returncode == 0 and result.stdout.strip() == "ok quiet"
