@@ -6,6 +6,7 @@ files plus a hardware profile's "vars" (`--profile NAME`), the same way playbook
 from __future__ import annotations
 
 import json
+import os
 import socket
 import sys
 import time
@@ -119,6 +120,7 @@ def main(args) -> int:
     try:
         formats = parse_formats(args.format)
         spec = build_spec(args.spec, args.profile, args.vars, socket.gethostname())
+        ensure_writable_dir(args.out)
     except (UsageError, SpecError) as exc:
         print(f"tunefleet verify: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -134,6 +136,18 @@ def main(args) -> int:
     if not args.quiet and written:
         print(f"reports: {', '.join(written)}")
     return exit_code(CheckResult.from_dict(r) for r in report["results"])
+
+
+def ensure_writable_dir(path: str) -> None:
+    """Refuse an unusable report directory before any check runs, not after."""
+    import tempfile
+
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".tunefleet-write-test-"):
+            pass
+    except OSError as exc:
+        raise UsageError(f"report directory {path} is not writable: {exc.strerror or exc}") from exc
 
 
 def spec_main(args) -> int:

@@ -1,0 +1,61 @@
+"""Bad input anywhere gets one clear message naming the problem, and exit code 2: no traceback."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from verify.cli import main
+
+
+def run(capsys, argv: list) -> tuple:
+    code = main(argv)
+    captured = capsys.readouterr()
+    return code, captured.err
+
+
+def test_unknown_profile_lists_the_known_ones(capsys, tmp_path: Path) -> None:
+    code, err = run(capsys, ["verify", "--local", "--profile", "h999", "--no-bench", "--out", str(tmp_path)])
+    assert code == 2
+    assert "no hardware profile 'h999'" in err and "h200-x2-nvlink" in err
+
+
+def test_malformed_vars_file_is_named(capsys, tmp_path: Path) -> None:
+    bad = tmp_path / "group_vars.yml"
+    bad.write_text("network_mtu: [9000\n")
+    code, err = run(capsys, ["verify", "--local", "--vars", str(bad), "--no-bench", "--out", str(tmp_path)])
+    assert code == 2 and f"{bad} is not valid YAML" in err
+
+
+def test_malformed_spec_is_named(capsys, tmp_path: Path) -> None:
+    bad = tmp_path / "spec.json"
+    bad.write_text('{"schema": "tunefleet.desired_state/v1"}')
+    code, err = run(capsys, ["verify", "--local", "--spec", str(bad), "--out", str(tmp_path)])
+    assert code == 2 and "section 'sysctl' missing" in err
+
+
+def test_unwritable_report_directory_is_refused_before_checks_run(capsys, tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    code, err = run(capsys, ["verify", "--local", "--no-bench", "--out", str(blocker / "reports")])
+    assert code == 2 and "is not writable" in err and str(blocker) in err
+
+
+def test_unknown_report_format_is_named(capsys, tmp_path: Path) -> None:
+    code, err = run(capsys, ["verify", "--local", "--no-bench", "--format", "json,pdf", "--out", str(tmp_path)])
+    assert code == 2 and "pdf" in err
+    assert not list(tmp_path.iterdir())
+
+
+def test_unreadable_fleet_report_directory(capsys, tmp_path: Path) -> None:
+    code, err = run(capsys, ["report", str(tmp_path / "missing")])
+    assert code == 2 and "not a directory" in err
+
+
+@pytest.mark.parametrize("content", ["garbage", '{"schema": "nope"}', "[1, 2]"])
+def test_malformed_node_report_is_named_and_nothing_is_built_from_it(capsys, tmp_path: Path, content: str) -> None:
+    (tmp_path / "node1").mkdir()
+    (tmp_path / "node1" / "report.json").write_text(content)
+    code, err = run(capsys, ["report", str(tmp_path)])
+    assert code == 2
+    assert "node1/report.json" in err
