@@ -19,7 +19,8 @@ verify=(python3 -m verify verify --local --vars tests/device/gpu_node_vars.yml -
 step() { echo "=== $1"; shift; "$@"; echo "=== rc=$?"; }
 {
   step "versions" python3 /tmp/site/bin/ansible-playbook --version
-  step "verify before" "${verify[@]}" --out "$log/before"
+  step "snapshot before" python3 -m tests.helpers.snapshot "$log/gpu_h200" --spec tests/fixtures/node/gpu_machine_desired.json
+  step "verify before" "${verify[@]}" --out "$log/before" --format json,md,junit,prom,html
   step "check mode" "${playbook[@]}" playbooks/site.yml --check --diff
   step "converge 1" "${playbook[@]}" playbooks/site.yml --diff
   step "converge 2 (idempotence)" "${playbook[@]}" playbooks/site.yml
@@ -30,5 +31,5 @@ step() { echo "=== $1"; shift; "$@"; echo "=== rc=$?"; }
 } 2>&1 | tee "$log/apply.log"
 mkdir -p "$out"
 cp "$log/apply.log" "$out/"
-tar -C "$log" -czf "$out/reports.tar.gz" before after restored 2>/dev/null
+tar -C "$log" -czf "$out/reports.tar.gz" before after restored gpu_h200 2>/dev/null
 grep -E '^=== |PLAY RECAP|changed=' "$log/apply.log"
