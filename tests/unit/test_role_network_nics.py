@@ -265,8 +265,10 @@ def test_netplan_and_networkmanager_drop_ins_name_each_nic():
     netplan = yaml.safe_load(render("netplan-90-tunefleet.yaml.j2", __network_nics=nics, network_mtu=9000))
     # ib0 is not in the user's netplan: defining it here would hand it to netplan's renderer
     assert netplan == {"network": {"version": 2, "ethernets": {"ens1f0np0": {"mtu": 9000}, "ens2f0np0": {"mtu": 9000}}}}
+    nics[2]["type"] = "32"  # ARPHRD_INFINIBAND: NetworkManager keeps an IPoIB MTU as infiniband.mtu
     nm = render("NetworkManager-90-tunefleet.conf.j2", __network_nics=nics, network_mtu=9000)
     assert "[connection-tunefleet-ens2f0np0]\nmatch-device=interface-name:ens2f0np0\nethernet.mtu=9000" in nm
+    assert "[connection-tunefleet-ib0]\nmatch-device=interface-name:ib0\ninfiniband.mtu=9000" in nm
 
 
 def test_argument_spec_defaults_match_defaults_file():
