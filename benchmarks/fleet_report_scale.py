@@ -49,15 +49,27 @@ def build(directory: str) -> int:
         "peak_rss_bytes": max(usage.ru_maxrss, children.ru_maxrss) * 1024,
         "bad_hosts": len(summary.bad_hosts), "first_bad": summary.bad_hosts[:5], "drift": len(summary.drift),
         "outliers": len(summary.outliers), "files": {p.name: p.stat().st_size for p in written},
+        "json": "orjson" if _has_orjson() else "standard library json",
     }))
     return 0
+
+
+def _has_orjson() -> bool:
+    try:
+        import orjson  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--hosts", type=int, default=10_000)
+    parser.add_argument("--stdlib-json", action="store_true", help="measure without orjson even where installed")
     parser.add_argument("--build", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.stdlib_json:
+        sys.modules["orjson"] = None  # makes `import orjson` fail, as on a controller without it
     if args.build:
         return build(args.build)
     base = json.loads((FIXTURES / "node_report_ci_vm.json").read_text())
@@ -67,13 +79,16 @@ def main() -> int:
         size = sum(p.stat().st_size for p in Path(tmp).glob("*/report.json"))
         print(f"{args.hosts} node reports, {size / 1e6:.0f} MB on disk; load average {os.getloadavg()[0]:.1f} "
               f"on {os.cpu_count()} CPUs")
-        child = subprocess.run([sys.executable, __file__, "--build", tmp], capture_output=True, text=True, check=True)
+        json_flag = ["--stdlib-json"] if args.stdlib_json else []
+        child = subprocess.run([sys.executable, __file__, "--build", tmp, *json_flag], capture_output=True, text=True,
+                               check=True)
     r = json.loads(child.stdout)
     print(f"read {r['read_s']:.2f} s, model {r['model_s']:.2f} s, write {r['write_s']:.2f} s")
     for name, size in r["files"].items():
         print(f"  {name}: {size / 1e6:.1f} MB")
     print(f"bad hosts: {r['bad_hosts']} (first {', '.join(r['first_bad'])}), outliers {r['outliers']}, "
           f"version drift {r['drift']}")
+    print(f"JSON decoder: {r['json']}")
     print(f"wall time: {r['wall_s']:.2f} s (limit {LIMIT_S:.0f} s); CPU time: {r['cpu_s']:.2f} s")
     print(f"peak memory (max RSS of the report process and its readers): {r['peak_rss_bytes'] / 2**20:.0f} MiB "
           f"(limit {LIMIT_BYTES / 2**20:.0f} MiB)")
