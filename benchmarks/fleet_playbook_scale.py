@@ -70,16 +70,21 @@ def main() -> int:
     parser.add_argument("--sizes", default="1,3,6")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    if podman("network", "exists", NETWORK, check=False).returncode != 0:
+    created = podman("network", "exists", NETWORK, check=False).returncode != 0
+    if created:
         podman("network", "create", NETWORK)
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-    with tempfile.TemporaryDirectory(prefix="tunefleet-playbook-scale-") as tmp:
-        base = None
-        for size in sizes:
-            elapsed = measure(size, Path(tmp))
-            base = base or elapsed
-            print(f"{size:3} hosts: {elapsed:6.1f} s wall ({elapsed / base:.2f}x the first fleet's time, "
-                  f"{elapsed / size:.1f} s per host)", flush=True)
+    try:
+        with tempfile.TemporaryDirectory(prefix="tunefleet-playbook-scale-") as tmp:
+            base = None
+            for size in sizes:
+                elapsed = measure(size, Path(tmp))
+                base = base or elapsed
+                print(f"{size:3} hosts: {elapsed:6.1f} s wall ({elapsed / base:.2f}x the first fleet's time, "
+                      f"{elapsed / size:.1f} s per host)", flush=True)
+    finally:
+        if created:
+            podman("network", "rm", NETWORK, check=False)
     return 0
 
 
