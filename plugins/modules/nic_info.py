@@ -33,6 +33,11 @@ options:
     description: Globs on C(driver) (e.g. C(mlx5_core)) and/or C(pci) (e.g. C(0000:3b:*)).
     type: dict
     default: {}
+  backend:
+    description: The network stack that persists settings; C(auto) detects it.
+    type: str
+    choices: [auto, netplan, networkmanager, networkd, ifupdown, none]
+    default: auto
   sysfs_root:
     description: Where sysfs is mounted (tests point this at a fake tree).
     type: path
@@ -64,7 +69,9 @@ missing:
   type: list
   elements: str
 backend:
-  description: How this node persists network settings (netplan, networkmanager, networkd, ifupdown or none).
+  description:
+    - How this node persists network settings (netplan, networkmanager, networkd, ifupdown or none).
+    - I(backend) itself unless it is C(auto).
   returned: always
   type: str
 """
@@ -174,6 +181,11 @@ def main() -> None:
         argument_spec={
             "names": {"type": "list", "elements": "str", "default": []},
             "match": {"type": "dict", "default": {}},
+            "backend": {
+                "type": "str",
+                "default": "auto",
+                "choices": ["auto", "netplan", "networkmanager", "networkd", "ifupdown", "none"],
+            },
             "sysfs_root": {"type": "path", "default": "/sys"},
         },
         supports_check_mode=True,
@@ -183,14 +195,16 @@ def main() -> None:
         module.fail_json(msg=f"network_interface_match: unknown key(s) {unknown}; use driver and/or pci")
     nics, missing = select_nics(module.params["sysfs_root"], module.params["names"], module.params["match"])
 
-    active = set()
-    systemctl = module.get_bin_path("systemctl")
-    if systemctl:
-        for service in ("NetworkManager", "systemd-networkd"):
-            rc, _out, _err = module.run_command([systemctl, "is-active", "--quiet", service])
-            if rc == 0:
-                active.add(service)
-    backend = detect_backend("/etc", active, _binary_finder)
+    backend = module.params["backend"]
+    if backend == "auto":
+        active = set()
+        systemctl = module.get_bin_path("systemctl")
+        if systemctl:
+            for service in ("NetworkManager", "systemd-networkd"):
+                rc, _out, _err = module.run_command([systemctl, "is-active", "--quiet", service])
+                if rc == 0:
+                    active.add(service)
+        backend = detect_backend("/etc", active, _binary_finder)
 
     for nic in nics:
         nic["networkd_file"] = None
