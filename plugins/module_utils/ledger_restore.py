@@ -119,13 +119,23 @@ def _run(runner: Runner, argv: List[str], result: RestoreResult) -> bool:
     return True
 
 
+def _run_manager(runner: Runner, argv: List[str], result: RestoreResult) -> None:
+    """Reloads of a manager the node does not run (no systemctl, no udevadm: a container or a
+    minimal VM) are moot: the restored files are what it reads whenever it does start."""
+    rc, _, err = runner(argv)
+    if rc is None:
+        result.skipped.append(f"{' '.join(argv)}: {argv[0]} is not installed, nothing to reload")
+    elif rc != 0:
+        result.errors.append(f"{' '.join(argv)}: {(err.strip().splitlines() or [f'exit {rc}'])[-1]}")
+
+
 def _reload(root: str, runner: Runner, what: str, result: RestoreResult) -> None:
     if what == "systemd-daemon-reload":
-        _run(runner, ["systemctl", "daemon-reload"], result)
+        _run_manager(runner, ["systemctl", "daemon-reload"], result)
     elif what == "systemd-daemon-reexec":
-        _run(runner, ["systemctl", "daemon-reexec"], result)
+        _run_manager(runner, ["systemctl", "daemon-reexec"], result)
     elif what == "udev-reload":
-        _run(runner, ["udevadm", "control", "--reload"], result)
+        _run_manager(runner, ["udevadm", "control", "--reload"], result)
     elif what == "grub-mkconfig":
         # The kernel command line only changes at the next boot.
         result.reboot_required = True

@@ -387,3 +387,40 @@ def test_a_value_whose_file_vanished_is_skipped_not_an_error(tmp_path):
     assert result.errors == []
     assert result.skipped == ["/sys/class/net/lo/mtu: recorded '65536', but the file no longer exists"]
     assert (tmp_path / "proc/sys/net/core/rmem_max").read_text() == "4194304"
+
+
+def test_restore_on_a_node_without_systemd_or_udev_tools_completes(tmp_path):
+    """Seen on the GPU machine: no systemctl, no udevadm. The files are restored; the reloads
+    are moot there and reported as skipped, not as a failed restore that keeps the ledger."""
+    build_node(tmp_path)
+    root = str(tmp_path)
+    files = ["/etc/systemd/system.conf.d/90-tunefleet-limits.conf", "/etc/udev/rules.d/60-tunefleet-storage.rules"]
+    core.record(root, LEDGER, ["/proc/sys/net/core/rmem_max"], files, [], None)
+    for path in files:
+        target = tmp_path / path.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text("# tunefleet\n")
+    (tmp_path / "proc/sys/net/core/rmem_max").write_text("536870912\n")
+    calls = []
+
+    def no_managers(argv):
+        calls.append(argv[0])
+        return None, "", f"{argv[0]}: not found"
+
+    result = undo.restore(root, core.load_ledger(root, LEDGER), no_managers)
+    assert result.errors == []
+    assert sorted(result.reloads) == ["systemd-daemon-reexec", "udev-reload"]
+    assert any("udevadm is not installed" in s for s in result.skipped)
+    assert not (tmp_path / files[0].lstrip("/")).exists() and not (tmp_path / files[1].lstrip("/")).exists()
+    assert (tmp_path / "proc/sys/net/core/rmem_max").read_text().strip() == (FIXTURES / "rmem_max").read_text().strip()
+
+
+def test_a_failing_reload_is_still_an_error(tmp_path):
+    build_node(tmp_path)
+    root = str(tmp_path)
+    path = "/etc/udev/rules.d/60-tunefleet-storage.rules"
+    core.record(root, LEDGER, [], [path], [], None)
+    (tmp_path / path.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / path.lstrip("/")).write_text("# tunefleet\n")
+    result = undo.restore(root, core.load_ledger(root, LEDGER), lambda argv: (1, "", "Failed to send reload request"))
+    assert result.errors == ["udevadm control --reload: Failed to send reload request"]
