@@ -54,6 +54,8 @@ class RecordingNode(Node):
                 os.symlink(os.readlink(absolute), snap)
         elif os.path.isdir(absolute):
             os.makedirs(os.path.realpath(snap), exist_ok=True)
+            # git keeps no empty directory, and a listed one (a *.dist-info name) is evidence
+            open(os.path.join(os.path.realpath(snap), ".keep"), "a").close()
         elif not os.path.exists(snap):
             os.makedirs(os.path.dirname(os.path.realpath(snap)), exist_ok=True)
             open(os.path.realpath(snap), "a").close()  # listed but never read: an empty placeholder
