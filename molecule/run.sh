@@ -22,7 +22,8 @@ fi
 molecule/image/build.sh || exit 1
 
 # A loop device left attached by an interrupted earlier run would keep its backing file alive.
-losetup --associated /var/tmp/tunefleet-molecule-loop.img 2>/dev/null | cut -d: -f1 | while read -r dev; do
+# The file lives in a container that may be gone, so match the name losetup remembers.
+losetup --list --noheadings --output NAME,BACK-FILE | awk '/tunefleet-molecule-loop\.img/ {print $1}' | while read -r dev; do
     echo "molecule: detaching $dev left over from an interrupted run"
     losetup --detach "$dev"
 done

@@ -110,7 +110,8 @@ def login_limit(host, user: str, flag: str) -> str:
 @pytest.mark.parametrize("user", ["root", "tfprobe"])
 def test_login_session_limits(host, spec, user):
     # runuser -l opens a PAM session, so pam_limits applies /etc/security/limits.d as at login.
-    assert login_limit(host, user, "-l") == spec["limits"]["memlock"]
+    assert login_limit(host, user, "-l") == str(spec["limits"]["memlock"])
+    assert login_limit(host, user, "-u") == str(spec["limits"]["nproc"])
     assert login_limit(host, user, "-n") == str(spec["limits"]["nofile"])
     assert login_limit(host, user, "-s") == str(spec["limits"]["stack"])
 
@@ -119,8 +120,8 @@ def test_systemd_service_limits(host, spec):
     # A service started now must get the manager's new defaults (the role re-executes systemd).
     memlock = host.check_output("systemd-run --wait --pipe --quiet sh -c 'ulimit -l'")
     nofile = host.check_output("systemd-run --wait --pipe --quiet sh -c 'ulimit -n'")
-    systemd_memlock = str(spec["limits"]["systemd_memlock"])
-    assert memlock == ("unlimited" if systemd_memlock == "infinity" else systemd_memlock)
+    systemd_memlock = str(spec["limits"]["systemd_memlock"])  # bytes; ulimit -l answers KiB
+    assert memlock == ("unlimited" if systemd_memlock == "infinity" else str(int(systemd_memlock) // 1024))
     assert nofile == str(spec["limits"]["systemd_nofile"])
     shown = host.check_output("systemctl show --property DefaultLimitNOFILE --value")
     assert shown == str(spec["limits"]["systemd_nofile"])

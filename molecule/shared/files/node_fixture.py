@@ -93,7 +93,9 @@ def ensure_probe_user() -> None:
     try:
         run(["id", PROBE_USER])
     except FixtureError:
-        run(["useradd", "--create-home", "--shell", "/bin/sh", PROBE_USER])
+        run(["useradd", "--create-home", "--shell", "/bin/bash", PROBE_USER])
+    # bash, not dash: the checks ask `ulimit -u`, which dash does not have.
+    run(["usermod", "--shell", "/bin/bash", PROBE_USER])
 
 
 def namespaced(key: str) -> bool:
