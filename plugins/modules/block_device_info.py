@@ -15,7 +15,7 @@ short_description: List whole block devices matching globs, with their I/O sched
 description:
   - Matches the names under C(/sys/block) against I(patterns) (shell globs such as C(nvme*n*) or C(loop*)).
   - Leaves out partitions, hidden devices (the per-path nodes of NVMe multipath such as C(nvme0c0n1)),
-    and devices with no medium (size 0, e.g. a loop device with no file attached), saying why under C(skipped).
+    and devices with no medium (size 0, e.g. a loop device with no file attached), saying why under C(left_out).
   - Reads only; safe in check mode.
 options:
   patterns:
@@ -45,7 +45,7 @@ devices:
   type: list
   elements: dict
   sample: [{"name": "nvme0n1", "scheduler": "none", "schedulers": ["none", "mq-deadline"], "read_ahead_kb": 128}]
-skipped:
+left_out:
   description: Matching names left out, each with the reason.
   returned: always
   type: list
@@ -112,7 +112,7 @@ def main() -> None:
     if bad:
         module.fail_json(msg=f"storage_device_patterns: {bad} are not device-name globs (no '/', quotes or spaces)")
     devices, skipped = find_devices(module.params["sysfs_root"], module.params["patterns"])
-    module.exit_json(changed=False, devices=devices, skipped=skipped)
+    module.exit_json(changed=False, devices=devices, left_out=skipped)
 
 
 if __name__ == "__main__":
