@@ -6,6 +6,7 @@ TORCH_CPU_VERSION ?= 2.13.0
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+NODE_STATE := molecule/shared/files/node_state.py
 COLLECTION_LINK := .cache/collections/ansible_collections/tunefleet/gpu_node
 export CONTAINERS_CONF := $(CURDIR)/molecule/containers.conf
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
@@ -16,12 +17,16 @@ SCENARIOS ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/m
 
 ## demo: tune this machine in check mode (changes nothing), then verify it and write reports/
 demo: $(STAMP)
+	@mkdir -p reports/demo
+	@$(BIN)/python $(NODE_STATE) save reports/demo/state-before.json --host --files /etc >/dev/null
 	@echo "== tunefleet demo: ansible-playbook playbooks/site.yml --check --diff (check mode: nothing on this machine changes)"
 	$(BIN)/ansible-playbook -i inventory/local playbooks/site.yml --check --diff
+	@echo "== tunefleet demo: proving the check-mode run changed nothing (kernel values, interfaces, devices, /etc)"
+	$(BIN)/python $(NODE_STATE) compare reports/demo/state-before.json
 	@echo "== tunefleet demo: verifying this machine against the same desired state"
 	$(BIN)/tunefleet verify --local --vars inventory/local/group_vars/all.yml --out reports/demo \
 	  || [ $$? -le 2 ]
-	@echo "== check mode: nothing was changed on this machine. Reports: $(CURDIR)/reports/demo/ (open report.html)"
+	@echo "== nothing on this machine was changed (compared above). Reports: $(CURDIR)/reports/demo/ (open report.html)"
 
 ## test: everything CI runs
 test: system-deps $(STAMP) lint pytest molecule
