@@ -93,6 +93,14 @@ def _json_text(document: dict) -> str:
 
 
 def to_json(summary: FleetSummary) -> dict:
+    """The fleet report document (schema tunefleet.fleet_report/v1):
+
+    hosts_by_worst_status {FAIL, ERROR, WARN, PASS, SKIP: count}; bad_hosts [host] (worst FAIL or
+    ERROR); checks [check_id], most failing first; hosts [{host, worst, counts, source, problems:
+    [CheckResult dict, failures first], statuses {check_id: status}}], failures first; outliers
+    [{metric, host, value, unit, fleet_median, modified_z, reason}]; version_drift [{key, host,
+    value, majority, majority_hosts, reason}]; load_errors [{path, message}].
+    """
     return {
         "schema": SCHEMA,
         "generated_at": _now(),
