@@ -108,7 +108,8 @@ def main(argv=None) -> int:
         if stage == "handle_register":
             # Seen on a VM without udev: cuFile cannot read the volume's attributes, so it refuses
             # the file even in compatibility mode. CUFILE_LOGGING_LEVEL=TRACE names the cause.
-            hint = " (cuFile refused this file's filesystem/device; CUFILE_LOGGING_LEVEL=TRACE shows why)"
+            hint = (" (cuFile refused this file's filesystem/device: where udev does not run, its database lacks the"
+                    " volume's ID_FS_USAGE/ID_FS_TYPE; CUFILE_LOGGING_LEVEL=TRACE shows the cause)")
         print(f"cuFile {stage} on {args.file} failed: {type(exc).__name__}: {exc}{hint}", file=sys.stderr)
         return 4
     finally:
