@@ -127,11 +127,18 @@ def test_systemd_service_limits(host, spec):
     assert shown == str(spec["limits"]["systemd_nofile"])
 
 
-@pytest.mark.parametrize("unit", ["tunefleet-nic-tune.service", "tunefleet-hugepages.service", "tunefleet-thp.service"])
+@pytest.mark.parametrize("unit", ["tunefleet-nic-tune.service", "tunefleet-thp.service"])
 def test_boot_units_are_enabled(host, spec, unit):
     if unit != "tunefleet-nic-tune.service":
         skip_unless_memory_applied(spec)
     assert host.service(unit).is_enabled, f"{unit} is not enabled: its knobs would be lost at reboot"
+
+
+def test_huge_page_total_is_persisted_for_boot(host, spec):
+    # A total count (no per-NUMA-node split) is a plain sysctl, so it persists as a drop-in.
+    skip_unless_memory_applied(spec)
+    dropin = host.file("/etc/sysctl.d/91-tunefleet-hugepages.conf").content_string
+    assert f"vm.nr_hugepages = {spec['memory']['hugepages_2m']}" in dropin
 
 
 def test_gpu_role_writes_nothing_without_a_driver(host, spec):
