@@ -59,3 +59,19 @@ def test_malformed_node_report_is_named_and_nothing_is_built_from_it(capsys, tmp
     code, err = run(capsys, ["report", str(tmp_path)])
     assert code == 2
     assert "node1/report.json" in err
+
+
+@pytest.mark.parametrize(
+    "content, extra, message",
+    [
+        ("all:\n  hosts: [node1\n", [], "cannot be parsed"),
+        ("all:\n  children:\n    gpu: {}\n", [], "has no hosts"),
+        ("all:\n  hosts:\n    node1:\n", ["--limit", "node9"], "no hosts matching --limit node9"),
+    ],
+)
+def test_unusable_inventory_is_refused_before_ansible_runs(capsys, tmp_path: Path, content, extra, message) -> None:
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(content)
+    code, err = run(capsys, ["verify", "-i", str(inventory), "--out", str(tmp_path / "reports"), *extra])
+    assert code == 2 and message in err and str(inventory) in err
+    assert not (tmp_path / "reports").exists()

@@ -8,10 +8,11 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
 
 PLAYBOOK = "playbooks/verify.yml"
 # Events worth a line: a task finishing on a host, or a host dropping out.
@@ -85,8 +86,10 @@ def main(args) -> int:
         return 2
     from verify.desired import project_root
 
-    if not os.path.exists(args.inventory):
-        print(f"tunefleet verify: inventory {args.inventory} does not exist", file=sys.stderr)
+    try:
+        check_inventory(args.inventory, args.limit)
+    except InventoryError as exc:
+        print(f"tunefleet verify: {exc}", file=sys.stderr)
         return 2
     home = project_root()
     run_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
@@ -95,6 +98,34 @@ def main(args) -> int:
     with tempfile.TemporaryDirectory(prefix="tunefleet-runner-") as work:
         outcome = ansible_runner.run(**runner_kwargs(args, home, run_dir, work, progress))
     return finish(outcome.rc, outcome.status, run_dir, progress)
+
+
+class InventoryError(ValueError):
+    """The inventory cannot be used; the message names the file and the problem."""
+
+
+def check_inventory(inventory: str, limit: Optional[str] = None) -> list:
+    """The hosts a run would reach. Ansible on its own only warns about an inventory it cannot
+    parse and then runs against the implicit localhost: refuse that before anything runs."""
+    if not os.path.exists(inventory):
+        raise InventoryError(f"inventory {inventory} does not exist")
+    tool = Path(sys.executable).parent / "ansible-inventory"
+    argv = [str(tool) if tool.exists() else "ansible-inventory", "-i", inventory, "--list"]
+    if limit:
+        argv += ["--limit", limit]
+    env = dict(os.environ, ANSIBLE_INVENTORY_UNPARSED_FAILED="true", ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED="true",
+               ANSIBLE_NOCOLOR="1")
+    done = subprocess.run(argv, capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        detail = " ".join(line.strip() for line in done.stderr.splitlines() if line.strip())[:600]
+        raise InventoryError(f"inventory {inventory} cannot be parsed: {detail}")
+    data = json.loads(done.stdout)
+    hosts = sorted(set(data.get("_meta", {}).get("hostvars", {})) | {
+        host for group in data.values() if isinstance(group, dict) for host in group.get("hosts", [])})
+    if not hosts:
+        where = f" matching --limit {limit}" if limit else ""
+        raise InventoryError(f"inventory {inventory} has no hosts{where}")
+    return hosts
 
 
 def finish(rc: int, status: str, run_dir: Path, progress: Progress, write: Callable[[str], None] = print) -> int:
