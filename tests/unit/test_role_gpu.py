@@ -2,7 +2,6 @@
 and the gpu_persistence module run through Ansible against a stand-in nvidia-smi."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -12,16 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.helpers.plugins import load_plugin
+
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests/fixtures/role_gpu"
-
-
-def load_plugin(kind: str, name: str):
-    spec = importlib.util.spec_from_file_location(f"tf_{kind}_{name}", ROOT / "plugins" / kind / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the file executes
-    spec.loader.exec_module(module)
-    return module
 
 
 persistence = load_plugin("modules", "gpu_persistence")
@@ -151,7 +144,6 @@ def with_persistence_enabled(capture: Path) -> str:
     cells = row.split(", ")
     cells[names.index("persistence_mode")] = "Enabled"
     return f"{header}\n{', '.join(cells)}\n"
-
 
 
 @pytest.mark.slow

@@ -1,23 +1,15 @@
 """limits role: value checks (filters) and the two rendered drop-ins."""
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import jinja2
 import pytest
 import yaml
 
+from tests.helpers.plugins import load_plugin
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def load_plugin(kind: str, name: str):
-    spec = importlib.util.spec_from_file_location(f"tf_{kind}_{name}", ROOT / "plugins" / kind / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 limits = load_plugin("filter", "limits")

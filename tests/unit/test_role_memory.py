@@ -1,22 +1,14 @@
 """memory role: huge page and THP modules against fake and real kernel trees, and the cmdline filters."""
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.helpers.plugins import load_plugin
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def load_plugin(kind: str, name: str):
-    spec = importlib.util.spec_from_file_location(f"tf_{kind}_{name}", ROOT / "plugins" / kind / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the file executes
-    spec.loader.exec_module(module)
-    return module
 
 
 hugepages = load_plugin("modules", "memory_hugepages")

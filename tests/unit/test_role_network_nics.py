@@ -3,11 +3,9 @@ ethtool parsing on real captures, backend detection, and the rendered boot/irqba
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import jinja2
@@ -15,17 +13,11 @@ import pytest
 import yaml
 from ansible.errors import AnsibleFilterError
 
+from tests.helpers.plugins import load_plugin
+
 ROOT = Path(__file__).resolve().parents[2]
 ROLE = ROOT / "roles" / "network"
 FIXTURES = ROOT / "tests" / "fixtures" / "sysfs_net"
-
-
-def load_plugin(kind: str, name: str):
-    spec = importlib.util.spec_from_file_location(f"tf_{kind}_{name}", ROOT / "plugins" / kind / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 nic_info = load_plugin("modules", "nic_info")

@@ -3,29 +3,21 @@ the filters that plan the writes, the udev rule, and (root) a real loop device."
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import jinja2
 import pytest
 import yaml
 
+from tests.helpers.plugins import load_plugin
+
 ROOT = Path(__file__).resolve().parents[2]
 ROLE = ROOT / "roles" / "storage"
 FIXTURES = ROOT / "tests" / "fixtures" / "sysfs_block"
-
-
-def load_plugin(kind: str, name: str):
-    spec = importlib.util.spec_from_file_location(f"tf_{kind}_{name}", ROOT / "plugins" / kind / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 info = load_plugin("modules", "block_device_info")

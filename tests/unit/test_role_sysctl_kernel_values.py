@@ -6,7 +6,6 @@ throwaway network namespace, so the host's own values are never touched.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -16,16 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.plugins import load_plugin
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def load_plugin(kind: str, name: str):
-    spec = importlib.util.spec_from_file_location(f"tf_{kind}_{name}", ROOT / "plugins" / kind / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
 
 kv = load_plugin("modules", "kernel_values")
 
