@@ -40,7 +40,7 @@ class RestoreResult:
     changes: List[dict] = field(default_factory=list)  # {"kind", "target", "before", "after"}
     errors: List[str] = field(default_factory=list)
     # Recorded things that no longer exist (a NIC removed or renamed): nothing to write back.
-    skipped: List[str] = field(default_factory=list)
+    left_alone: List[str] = field(default_factory=list)
     reloads: List[str] = field(default_factory=list)
     reboot_required: bool = False
     archived_to: Optional[str] = None
@@ -124,7 +124,7 @@ def _run_manager(runner: Runner, argv: List[str], result: RestoreResult) -> None
     minimal VM) are moot: the restored files are what it reads whenever it does start."""
     rc, _, err = runner(argv)
     if rc is None:
-        result.skipped.append(f"{' '.join(argv)}: {argv[0]} is not installed, nothing to reload")
+        result.left_alone.append(f"{' '.join(argv)}: {argv[0]} is not installed, nothing to reload")
     elif rc != 0:
         result.errors.append(f"{' '.join(argv)}: {(err.strip().splitlines() or [f'exit {rc}'])[-1]}")
 
@@ -182,7 +182,7 @@ def restore(root: str, ledger: dict, runner: Runner, check_mode: bool = False) -
             result.errors.append(str(exc))
             continue
         if current is None:
-            result.skipped.append(f"{path}: recorded {recorded['value']!r}, but the file no longer exists")
+            result.left_alone.append(f"{path}: recorded {recorded['value']!r}, but the file no longer exists")
         elif not same_value(recorded["value"], current):
             path_writes.append((path, recorded["value"]))
             result.changes.append({"kind": "path", "target": path, "before": current, "after": recorded["value"]})

@@ -100,8 +100,11 @@ reboot_required:
   description: True when restored files only take effect at the next boot (the GRUB command line).
   returned: state=restored
   type: bool
-skipped:
-  description: Recorded kernel paths that no longer exist (e.g. a NIC removed since), so nothing was written.
+left_alone:
+  description:
+    - What was left alone and why, e.g. recorded kernel paths that no longer exist (a NIC removed
+      since), or reloads of a manager the node does not run.
+    - Not named C(skipped), which Ansible would read as the task having been skipped.
   returned: state=restored
   type: list
   elements: str
@@ -153,7 +156,7 @@ def run_record(module: AnsibleModule) -> None:
 def run_restore(module: AnsibleModule) -> None:
     p = module.params
     if not os.path.exists(on_node(p["root"], p["ledger_path"])):
-        module.exit_json(changed=False, changes=[], reloads=[], skipped=[], reboot_required=False, archived_to=None,
+        module.exit_json(changed=False, changes=[], reloads=[], left_alone=[], reboot_required=False, archived_to=None,
                          msg=f"no ledger at {p['ledger_path']}: nothing was recorded, nothing to restore")
     lock = contextlib.nullcontext() if module.check_mode else ledger_lock(p["root"], p["ledger_path"])
     with lock:

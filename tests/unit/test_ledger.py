@@ -385,7 +385,7 @@ def test_a_value_whose_file_vanished_is_skipped_not_an_error(tmp_path):
     shutil.rmtree(tmp_path / "sys/class/net/lo")  # the NIC was removed since the apply
     result = undo.restore(root, core.load_ledger(root, LEDGER), FakeSystemd({}))
     assert result.errors == []
-    assert result.skipped == ["/sys/class/net/lo/mtu: recorded '65536', but the file no longer exists"]
+    assert result.left_alone == ["/sys/class/net/lo/mtu: recorded '65536', but the file no longer exists"]
     assert (tmp_path / "proc/sys/net/core/rmem_max").read_text() == "4194304"
 
 
@@ -410,7 +410,7 @@ def test_restore_on_a_node_without_systemd_or_udev_tools_completes(tmp_path):
     result = undo.restore(root, core.load_ledger(root, LEDGER), no_managers)
     assert result.errors == []
     assert sorted(result.reloads) == ["systemd-daemon-reexec", "udev-reload"]
-    assert any("udevadm is not installed" in s for s in result.skipped)
+    assert any("udevadm is not installed" in s for s in result.left_alone)
     assert not (tmp_path / files[0].lstrip("/")).exists() and not (tmp_path / files[1].lstrip("/")).exists()
     assert (tmp_path / "proc/sys/net/core/rmem_max").read_text().strip() == (FIXTURES / "rmem_max").read_text().strip()
 

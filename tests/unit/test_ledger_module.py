@@ -103,3 +103,15 @@ def test_bad_path_fails_with_one_message_and_no_ledger(tmp_path, node):
     assert "'/etc/passwd': live paths must be under /proc/ or /sys/" in proc.stdout
     assert not (node / "var").exists()
     shutil.rmtree(node)
+
+
+def test_restore_that_leaves_something_alone_is_not_reported_as_skipped(tmp_path, node):
+    """Seen on the GPU machine: a result key named `skipped` made Ansible show the restore as a
+    skipped task with changed=0, although it had written 25 values back."""
+    run_play(tmp_path, "recorded")
+    (node / "etc/sysctl.d/90-tunefleet.conf").write_text("net.core.rmem_max = 536870912\n")
+    (node / "proc/sys/net/core/rmem_max").unlink()  # the recorded path is gone: left alone
+    restored = run_play(tmp_path, "restored")
+    assert restored["changed"] is True and not restored.get("skipped")
+    assert restored["left_alone"] == ["/proc/sys/net/core/rmem_max: recorded '212992', but the file no longer exists"]
+    assert not (node / "etc/sysctl.d/90-tunefleet.conf").exists()
