@@ -124,6 +124,25 @@ def result(
     )
 
 
+def judged(
+    check_id: str,
+    threshold: Threshold,
+    value: float,
+    reason: str,
+    expected: Any,
+    observed: Any,
+    remediation: str,
+    details: dict,
+    note: str = "",
+) -> CheckResult:
+    """The value judged against the threshold; the fix is named only when it did not PASS."""
+    status, why = threshold.judge(value)
+    return result(
+        check_id, status, f"{reason}: {why}{note}", expected, observed,
+        remediation if status != Status.PASS else "", details,
+    )
+
+
 def tail(text: str, limit: int = 4000) -> str:
     """Partial output kept in a report: the end is where a crash explains itself."""
     return text if len(text) <= limit else "...\n" + text[-limit:]

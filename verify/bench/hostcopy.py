@@ -10,6 +10,7 @@ from verify.bench.common import (
     Try,
     engine_argv,
     engine_env,
+    judged,
     last_line,
     module_available,
     parse_size,
@@ -62,17 +63,9 @@ def judge_copy(direction: str, gpu: dict, absolute: Optional[Threshold], ratio: 
     if pcie.get("width_current") and width and pcie["width_current"] < width:
         degraded = f"; link trained at x{pcie['width_current']} of x{width}"
     if absolute is not None:
-        status, why = absolute.judge(observed)
         details["threshold"] = absolute.to_dict()
-        return result(
-            check_id,
-            status,
-            f"{direction.upper()} {observed:.1f} GB/s: {why}{degraded}",
-            absolute.describe() + " GB/s",
-            round(observed, 2),
-            REMEDIATION if status != Status.PASS else "",
-            details,
-        )
+        return judged(check_id, absolute, observed, f"{direction.upper()} {observed:.1f} GB/s",
+                      absolute.describe() + " GB/s", round(observed, 2), REMEDIATION, details, degraded)
     if peak is None:
         return result(
             check_id,
@@ -86,17 +79,9 @@ def judge_copy(direction: str, gpu: dict, absolute: Optional[Threshold], ratio: 
     share = observed / peak
     details["ratio"] = round(share, 4)
     details["threshold"] = ratio.to_dict()
-    status, why = ratio.judge(share)
-    return result(
-        check_id,
-        status,
-        f"{direction.upper()} {observed:.1f} GB/s = {share:.0%} of PCIe Gen{gen} x{width} "
-        f"({peak:.1f} GB/s): {why}{degraded}",
-        f"{ratio.describe()} x {peak:.1f} GB/s",
-        round(observed, 2),
-        REMEDIATION if status != Status.PASS else "",
-        details,
-    )
+    reason = f"{direction.upper()} {observed:.1f} GB/s = {share:.0%} of PCIe Gen{gen} x{width} ({peak:.1f} GB/s)"
+    return judged(check_id, ratio, share, reason, f"{ratio.describe()} x {peak:.1f} GB/s", round(observed, 2),
+                  REMEDIATION, details, degraded)
 
 
 def run(spec: Optional[dict], profile: Optional[dict], node, overrides: Optional[dict] = None) -> list:

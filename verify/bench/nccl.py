@@ -18,6 +18,7 @@ from verify.bench.common import (
     engine_argv,
     engine_env,
     human_bytes,
+    judged,
     last_line,
     module_available,
     parse_size,
@@ -320,16 +321,7 @@ def judge(
             "",
             details,
         )
-    status, why = threshold.judge(observed)
-    return result(
-        CHECK_ID,
-        status,
-        f"{label}: {why}{nvls_note}",
-        expected,
-        observed,
-        REMEDIATION if status != Status.PASS else "",
-        details,
-    )
+    return judged(CHECK_ID, threshold, observed, label, expected, observed, REMEDIATION, details, nvls_note)
 
 
 def run(spec: Optional[dict], profile: Optional[dict], node, overrides: Optional[dict] = None) -> list:

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Optional
 
-from verify.bench.common import Threshold, Try, last_line, progress, result, tail, which, with_retries
+from verify.bench.common import Threshold, Try, judged, last_line, progress, result, tail, which, with_retries
 from verify.bench.perftest_parse import parse_json, parse_port_rate, parse_text
 from verify.profiles import bench_setting, resolve_threshold
 from verify.result import CheckResult, Status
@@ -160,16 +160,8 @@ def judge(
                 "",
                 details,
             )
-        status, why = latency_ceiling.judge(typical)
-        return result(
-            check_id,
-            status,
-            f"typical latency {typical:.2f} us: {why}",
-            latency_ceiling.describe() + " us",
-            typical,
-            REMEDIATION if status != Status.PASS else "",
-            details,
-        )
+        return judged(check_id, latency_ceiling, typical, f"typical latency {typical:.2f} us",
+                      latency_ceiling.describe() + " us", typical, REMEDIATION, details)
     average = row.bw_avg_gbits
     if average is None:
         return result(check_id, Status.ERROR, "no average bandwidth in the output", details=details)
@@ -184,16 +176,8 @@ def judge(
             details,
         )
     details["threshold"] = threshold.to_dict()
-    status, why = threshold.judge(average)
-    return result(
-        check_id,
-        status,
-        f"{average:.1f} Gb/s at {row.size_bytes} B: {why} ({threshold.source})",
-        threshold.describe() + " Gb/s",
-        average,
-        REMEDIATION if status != Status.PASS else "",
-        details,
-    )
+    return judged(check_id, threshold, average, f"{average:.1f} Gb/s at {row.size_bytes} B",
+                  threshold.describe() + " Gb/s", average, REMEDIATION, details, f" ({threshold.source})")
 
 
 def run_pair(node, server_argv: list, client_argv: list, opts: PerftestOptions) -> tuple:

@@ -17,6 +17,7 @@ from verify.bench.common import (
     engine_argv,
     engine_env,
     human_bytes,
+    judged,
     module_available,
     parse_size,
     progress,
@@ -106,17 +107,9 @@ def judge_floor(check_id: str, label: str, gbps: float, threshold: Optional[Thre
             "",
             details,
         )
-    status, why = threshold.judge(gbps)
     details["threshold"] = threshold.to_dict()
-    return result(
-        check_id,
-        status,
-        f"{label} {gbps:.2f} GB/s: {why}",
-        threshold.describe() + " GB/s",
-        round(gbps, 3),
-        REMEDIATION if status != Status.PASS else "",
-        details,
-    )
+    return judged(check_id, threshold, gbps, f"{label} {gbps:.2f} GB/s", threshold.describe() + " GB/s",
+                  round(gbps, 3), REMEDIATION, details)
 
 
 def _engine_try(node, check_id: str, argv: list, timeout: float, label: str, judge) -> Try:
