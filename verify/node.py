@@ -82,8 +82,11 @@ class Node:
         except OSError:
             return None
 
-    def run(self, argv: list, timeout_s: float = 10.0) -> CommandOutput:
-        return self.runner(argv, timeout_s=timeout_s)
+    def run(
+        self, argv: list, timeout_s: float = 10.0, env: Optional[dict] = None, cwd: Optional[str] = None
+    ) -> CommandOutput:
+        """Run a command on the node; the same call as `verify.runner.run_command`."""
+        return self.runner(argv, timeout_s=timeout_s, env=env, cwd=cwd)
 
 
 def parse_cpulist(text: str) -> set:

@@ -8,6 +8,7 @@ whole process group of a hung run and keeps what it printed.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import sys
@@ -124,6 +125,23 @@ def result(
     )
 
 
+def broken_measurement(value: Any, peak: Optional[float] = None, peak_source: str = "") -> Optional[str]:
+    """Why a measured figure cannot be real (NaN, infinite, negative, above the link's peak), else None.
+
+    One home for the rule that garbage never PASSes: every judged benchmark figure passes here.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"measurement broken: {value!r} is not a number"
+    if math.isnan(value) or math.isinf(value):
+        return f"measurement broken: {value} is not a finite number"
+    if value < 0:
+        return f"measurement broken: {value:.4g} is negative"
+    if peak is not None and value > peak:
+        where = f" ({peak_source})" if peak_source else ""
+        return f"measurement broken: {value:.4g} is above the physical peak {peak:.4g}{where}"
+    return None
+
+
 def judged(
     check_id: str,
     threshold: Threshold,
@@ -134,8 +152,18 @@ def judged(
     remediation: str,
     details: dict,
     note: str = "",
+    peak: Optional[float] = None,
+    peak_source: str = "",
 ) -> CheckResult:
-    """The value judged against the threshold; the fix is named only when it did not PASS."""
+    """The value judged against the threshold; the fix is named only when it did not PASS.
+
+    A figure that cannot be real (see broken_measurement) is an ERROR, never a PASS or a FAIL.
+    """
+    broken = broken_measurement(value, peak, peak_source)
+    if broken:
+        details = dict(details, physical_peak=peak) if peak is not None else details
+        return result(check_id, Status.ERROR, f"{reason}: {broken}", expected, observed,
+                      "the benchmark's output is not a real measurement: re-run it and read its raw output", details)
     status, why = threshold.judge(value)
     return result(
         check_id, status, f"{reason}: {why}{note}", expected, observed,
