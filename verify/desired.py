@@ -29,18 +29,16 @@ def project_root() -> Path:
 
 
 def load_spec_file(path: str) -> dict:
+    """A rendered desired state (JSON, or YAML on the controller), read with size and nesting limits."""
+    from verify.bounded_load import BoundedLoadError, load_json_bounded, load_yaml_bounded
+
     try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
-    except OSError as exc:
-        raise SpecError(f"cannot read desired state {path}: {exc.strerror}") from exc
-    if path.endswith((".yml", ".yaml")):
-        data = _yaml_load(text, path)
-    else:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise SpecError(f"desired state {path} is not valid JSON: {exc}") from exc
+        if path.endswith((".yml", ".yaml")):
+            data = load_yaml_bounded(path, what="desired state")
+        else:
+            data = load_json_bounded(path, what="desired state")
+    except BoundedLoadError as exc:
+        raise SpecError(str(exc)) from None
     return validate_spec(data, path)
 
 
@@ -52,7 +50,26 @@ def validate_spec(data: object, origin: str) -> dict:
     for section in SECTIONS:
         if not isinstance(data.get(section), dict):
             raise SpecError(f"desired state {origin}: section {section!r} missing or not a mapping")
+    validate_thresholds(data["verify"].get("thresholds"), f"desired state {origin}")
     return data
+
+
+def validate_thresholds(thresholds: object, origin: str) -> None:
+    """verify_thresholds: each key known, each limit a finite number above zero (the rule lives in
+    verify.profiles, shared with the profiles' own thresholds)."""
+    if thresholds is None:
+        return
+    if not isinstance(thresholds, dict):
+        raise SpecError(f"{origin}: verify_thresholds must be a mapping, got {type(thresholds).__name__}")
+    from verify.profiles import KEYS, ProfileError, threshold_from_entry
+
+    for key, entry in thresholds.items():
+        if key not in KEYS:
+            raise SpecError(f"{origin}: verify_thresholds has unknown key {key!r}; known: {', '.join(sorted(KEYS))}")
+        try:
+            threshold_from_entry(key, entry, f"{origin}: verify_thresholds")
+        except ProfileError as exc:
+            raise SpecError(str(exc)) from None
 
 
 def role_defaults(root: Optional[Path] = None) -> dict:
@@ -91,12 +108,13 @@ def render_spec(overrides: Optional[dict] = None, hostname: str = "localhost", r
 
 
 def load_vars_file(path: str) -> dict:
-    """An inventory-style vars file (YAML or JSON) used as overrides."""
+    """An inventory-style vars file (YAML or JSON) used as overrides, read with size and nesting limits."""
+    from verify.bounded_load import BoundedLoadError, load_yaml_bounded
+
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SpecError(f"cannot read vars file {path}: {exc.strerror}") from exc
-    data = _yaml_load(text, path)
+        data = load_yaml_bounded(path, what="vars file")
+    except BoundedLoadError as exc:
+        raise SpecError(str(exc)) from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -105,11 +123,9 @@ def load_vars_file(path: str) -> dict:
 
 
 def _yaml_load(text: str, origin: str):
+    from verify.bounded_load import BoundedLoadError, loads_yaml_bounded
+
     try:
-        import yaml
-    except ImportError as exc:
-        raise SpecError(f"{origin}: reading YAML needs PyYAML; pass a rendered JSON desired state with --spec") from exc
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise SpecError(f"{origin} is not valid YAML: {exc}") from exc
+        return loads_yaml_bounded(text, origin)
+    except BoundedLoadError as exc:
+        raise SpecError(str(exc)) from None

@@ -8,7 +8,7 @@ give fall back to values derived from the node itself (port rate, PCIe link, NVL
 
 from __future__ import annotations
 
-import json
+import math
 from pathlib import Path
 from typing import Any, Optional
 
@@ -46,10 +46,12 @@ def load_profile(name: str) -> dict:
     path = PROFILE_DIR / f"{name}.json"
     if not path.is_file():
         raise ProfileError(f"no hardware profile {name!r}; known: {', '.join(list_profiles())}")
+    from verify.bounded_load import BoundedLoadError, load_json_bounded
+
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ProfileError(f"profile {path.name} is not valid JSON: {exc}") from exc
+        data = load_json_bounded(str(path), max_bytes=1 << 20, what="profile")
+    except BoundedLoadError as exc:
+        raise ProfileError(str(exc)) from None
     return validate_profile(data, path.name)
 
 
@@ -64,9 +66,17 @@ def validate_profile(data: Any, origin: str) -> dict:
     for key, entry in data["thresholds"].items():
         if key not in KEYS:
             raise ProfileError(f"profile {origin}: unknown threshold {key!r}; known: {', '.join(sorted(KEYS))}")
+        # A profile's threshold must cite its source, so it is a mapping, never a bare number
+        # (verify_thresholds may use a bare number: the operator is the source there).
+        if not isinstance(entry, dict):
+            raise ProfileError(f"profile {origin}: threshold {key!r} must be a mapping like "
+                               f"{{\"min\": 300, \"source\": \"...\"}}, got {entry!r:.60}")
         _threshold_from_entry(key, entry, f"profile {origin}")
         if not str(entry.get("source", "")).strip():
             raise ProfileError(f"profile {origin}: threshold {key!r} has no source")
+    for key in ("sources", "bench", "match"):
+        if key in data and not isinstance(data[key], dict):
+            raise ProfileError(f"profile {origin}: {key!r} must be a mapping")
     for key in ("gpu_count", "nvls_expected"):
         if not str(data["sources"].get(key, "")).strip():
             raise ProfileError(f"profile {origin}: no source for {key!r}")
@@ -75,23 +85,40 @@ def validate_profile(data: Any, origin: str) -> dict:
     return data
 
 
-def _threshold_from_entry(key: str, entry: Any, origin: str) -> Threshold:
+def _limit(value: Any, key: str, name: str, origin: str) -> float:
+    """A limit is a finite number above zero: NaN, infinity, zero or below would judge garbage as PASS."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ProfileError(f"{origin}: threshold {key!r} {name!r} must be a number, got {value!r:.60}")
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number) or number <= 0:
+        raise ProfileError(f"{origin}: threshold {key!r} {name!r} must be a finite number above zero, "
+                           f"got {value!r:.60}")
+    return number
+
+
+def threshold_from_entry(key: str, entry: Any, origin: str) -> Threshold:
+    """One threshold entry: a mapping {min|max, warn, source}, or a bare number meaning {min|max: N}."""
     kind = "max" if key in CEILING_KEYS else "min"
     if isinstance(entry, bool) or not isinstance(entry, (int, float, dict)):
-        raise ProfileError(f"{origin}: threshold {key!r} must be a number or a mapping, got {entry!r}")
+        raise ProfileError(f"{origin}: threshold {key!r} must be a number or a mapping, got {entry!r:.60}")
     if isinstance(entry, (int, float)):
-        return Threshold(limit=float(entry), kind=kind, source=f"{origin} (override)")
-    if kind not in entry or isinstance(entry[kind], bool) or not isinstance(entry[kind], (int, float)):
+        return Threshold(limit=_limit(entry, key, kind, origin), kind=kind, source=f"{origin} (override)")
+    if kind not in entry:
         raise ProfileError(f"{origin}: threshold {key!r} needs a numeric {kind!r}")
+    limit = _limit(entry[kind], key, kind, origin)
     warn = entry.get("warn")
-    if warn is not None and (isinstance(warn, bool) or not isinstance(warn, (int, float))):
-        raise ProfileError(f"{origin}: threshold {key!r} 'warn' must be a number")
     return Threshold(
-        limit=float(entry[kind]),
-        warn=None if warn is None else float(warn),
+        limit=limit,
+        warn=None if warn is None else _limit(warn, key, "warn", origin),
         kind=kind,
         source=str(entry.get("source", origin)),
     )
+
+
+_threshold_from_entry = threshold_from_entry
 
 
 def resolve_threshold(
