@@ -90,8 +90,8 @@ class RecordingNode(Node):
         self._copy_entry(absolute)
         return super().readlink_name(absolute)
 
-    def run(self, argv: list, timeout_s: float = 10.0) -> CommandOutput:
-        out = super().run(argv, timeout_s)
+    def run(self, argv: list, timeout_s: float = 10.0, env=None, cwd=None) -> CommandOutput:
+        out = super().run(argv, timeout_s, env=env, cwd=cwd)
         self.commands.append({"argv": list(argv), "returncode": out.returncode, "stdout": out.stdout,
                               "stderr": out.stderr, "missing": out.missing, "timed_out": out.timed_out})
         return out

@@ -1,10 +1,12 @@
-"""Shared helpers for the benchmark tests: fixture paths and a scripted runner."""
+"""Shared helpers for the benchmark tests: fixture paths and the real Node with a recording runner."""
 
 from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import Callable, Mapping, Optional, Sequence
 
+from verify.node import Node
 from verify.runner import CommandOutput
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "bench"
@@ -15,19 +17,32 @@ def fixture(name: str) -> str:
     return (FIXTURES / name).read_text(encoding="utf-8")
 
 
-class ScriptedNode:
-    """A node whose runner answers from a function of argv and records every call."""
+class RecordingRunner:
+    """A runner with exactly `verify.runner.run_command`'s call: records each call, answers from a function.
 
-    def __init__(self, answer, root: str = "/"):
-        self.root = root
+    tests/unit/test_doubles_match_node.py fails if this call drifts from run_command's.
+    """
+
+    def __init__(self, answer: Callable[[list], CommandOutput]):
         self.answer = answer
         self.calls: list = []
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # perftest runs its server in a thread
 
-    def run(self, argv, timeout_s=60.0, env=None, cwd=None) -> CommandOutput:
+    def __call__(
+        self,
+        argv: Sequence[str],
+        timeout_s: float = 60.0,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+    ) -> CommandOutput:
         with self._lock:
-            self.calls.append({"argv": list(argv), "timeout_s": timeout_s, "env": dict(env or {})})
+            self.calls.append({"argv": list(argv), "timeout_s": timeout_s, "env": dict(env or {}), "cwd": cwd})
         return self.answer(list(argv))
+
+
+def scripted_node(answer: Callable[[list], CommandOutput], root: str = "/") -> Node:
+    """The real Node whose commands are answered by `answer(argv)`; calls are in `node.runner.calls`."""
+    return Node(root=root, runner=RecordingRunner(answer))
 
 
 def output(argv, stdout="", stderr="", returncode=0, timed_out=False, missing=False) -> CommandOutput:

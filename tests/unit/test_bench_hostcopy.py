@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from bench_helpers import ScriptedNode, fixture, output
+from bench_helpers import fixture, output, scripted_node
 
 from verify.bench import hostcopy
 from verify.bench.common import RESULT_MARKER, read_result
@@ -53,7 +53,7 @@ def test_profile_floor_wins_over_ratio_and_override_wins_over_profile():
 
 def test_run_gives_one_result_per_gpu_and_direction(monkeypatch):
     monkeypatch.setattr(hostcopy, "module_available", lambda name: True)
-    node = ScriptedNode(lambda argv: output(argv, stdout=fixture("h200x2_hostcopy.stdout")))
+    node = scripted_node(lambda argv: output(argv, stdout=fixture("h200x2_hostcopy.stdout")))
     results = hostcopy.run(None, None, node, {"tries": 1})
     assert sorted(r.check_id for r in results) == [
         "bench.d2h.gpu0",
@@ -62,17 +62,17 @@ def test_run_gives_one_result_per_gpu_and_direction(monkeypatch):
         "bench.h2d.gpu1",
     ]
     assert all(r.status == Status.PASS for r in results)
-    assert node.calls[0]["argv"][1:3] == ["-m", "verify.bench.torch_hostcopy"]
+    assert node.runner.calls[0]["argv"][1:3] == ["-m", "verify.bench.torch_hostcopy"]
 
 
 def test_engine_that_cannot_run_is_skip_and_crash_is_error(monkeypatch):
     monkeypatch.setattr(hostcopy, "module_available", lambda name: True)
     skipped = hostcopy.run(
-        None, None, ScriptedNode(lambda a: output(a, stderr="torch sees no CUDA device", returncode=3)), {"tries": 1}
+        None, None, scripted_node(lambda a: output(a, stderr="torch sees no CUDA device", returncode=3)), {"tries": 1}
     )
     assert skipped[0].status == Status.SKIP and "no CUDA device" in skipped[0].reason
     crashed = hostcopy.run(
-        None, None, ScriptedNode(lambda a: output(a, stderr="Segmentation fault", returncode=139)), {"tries": 1}
+        None, None, scripted_node(lambda a: output(a, stderr="Segmentation fault", returncode=139)), {"tries": 1}
     )
     assert crashed[0].status == Status.ERROR and "Segmentation fault" in crashed[0].reason
 

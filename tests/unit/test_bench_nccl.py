@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from bench_helpers import NODE_FIXTURES, ScriptedNode, fixture, output
+from bench_helpers import NODE_FIXTURES, fixture, output, scripted_node
 
 from verify.bench import nccl
 from verify.bench.common import Threshold, module_available
@@ -48,7 +48,7 @@ def test_nvlink_status_sums_links_per_gpu():
 
 
 def _measure(stdout: str, engine: str = "nccl-tests", **kw):
-    node = ScriptedNode(lambda argv: output(argv, stdout=stdout, **kw))
+    node = scripted_node(lambda argv: output(argv, stdout=stdout, **kw))
     opts = nccl.NcclOptions(tries=1)
     return nccl.measure(node, engine, "/opt/nccl-tests/all_reduce_perf", opts, 2), node
 
@@ -110,7 +110,7 @@ def test_two_footers_mean_independent_runs():
 def test_hung_run_is_error_with_partial_output_kept():
     text = fixture(SYSTEM)
     partial = text[: text.index("  1073741824")]
-    node = ScriptedNode(lambda argv: output(argv, stdout=partial, timed_out=True))
+    node = scripted_node(lambda argv: output(argv, stdout=partial, timed_out=True))
     results = nccl.run(
         None,
         None,
@@ -122,14 +122,14 @@ def test_hung_run_is_error_with_partial_output_kept():
 
 
 def test_nccl_tests_argv_uses_one_process_for_all_gpus_and_debug_env():
-    node = ScriptedNode(lambda argv: output(argv, stdout=fixture(SYSTEM)))
+    node = scripted_node(lambda argv: output(argv, stdout=fixture(SYSTEM)))
     nccl.run(
         None,
         None,
         node,
         {"engine": "nccl-tests", "binary": "/x/all_reduce_perf", "gpus": 2, "tries": 1, "max_bytes": 4 << 30},
     )
-    call = node.calls[-1]
+    call = node.runner.calls[-1]
     assert call["argv"][:3] == ["/x/all_reduce_perf", "-b", str(8 << 20)]
     assert call["argv"][call["argv"].index("-g") + 1] == "2"
     assert call["argv"][call["argv"].index("-e") + 1] == str(4 << 30)
@@ -138,25 +138,25 @@ def test_nccl_tests_argv_uses_one_process_for_all_gpus_and_debug_env():
 
 def test_retry_passes_on_second_try_and_records_both():
     answers = iter([fixture(SYSTEM).replace("341.88", "141.88"), fixture(SYSTEM)])
-    node = ScriptedNode(lambda argv: output(argv, stdout=next(answers)))
+    node = scripted_node(lambda argv: output(argv, stdout=next(answers)))
     spec = {"verify": {"thresholds": {"nccl_allreduce_busbw_gbps": 300}}}
     results = nccl.run(spec, None, node, {"engine": "nccl-tests", "binary": "/x/a", "gpus": 2, "tries": 3})
     assert results[0].status == Status.PASS
     tries = results[0].details["tries"]
-    assert [t["status"] for t in tries] == ["FAIL", "PASS"] and len(node.calls) == 2
+    assert [t["status"] for t in tries] == ["FAIL", "PASS"] and len(node.runner.calls) == 2
 
 
 def test_no_engine_at_all_is_a_skip_with_the_reason(monkeypatch):
     monkeypatch.setattr(nccl, "which", lambda name, root="/": None)
     monkeypatch.setattr(nccl, "module_available", lambda name: False)
-    results = nccl.run(None, None, ScriptedNode(lambda argv: output(argv)), {})
+    results = nccl.run(None, None, scripted_node(lambda argv: output(argv)), {})
     assert results[0].status == Status.SKIP
     assert "neither nccl-tests" in results[0].reason and "PyTorch" in results[0].reason
 
 
 def test_derived_floor_from_nvlink_when_no_profile():
     status = (NODE_FIXTURES / "nvidia-smi-nvlink-status.txt").read_text()
-    node = ScriptedNode(lambda argv: output(argv, stdout=status))
+    node = scripted_node(lambda argv: output(argv, stdout=status))
     threshold = nccl.derive_threshold(node, 2)
     assert threshold.limit == pytest.approx(0.6 * 478.116, abs=0.1)
     assert nccl.derive_threshold(node, 1) is None
@@ -175,12 +175,12 @@ needs_torch = pytest.mark.skipif(not module_available("torch"), reason="torch is
 @pytest.mark.slow
 @needs_torch
 def test_torch_engine_on_gloo_runs_the_same_code_path_for_real():
-    from verify.bench.cli import LocalNode
+    from verify.node import Node
 
     results = nccl.run(
         None,
         None,
-        LocalNode(),
+        Node(),
         {
             "backend": "gloo",
             "gpus": 2,
@@ -205,12 +205,12 @@ def test_torch_engine_on_gloo_runs_the_same_code_path_for_real():
 @pytest.mark.slow
 @needs_torch
 def test_torch_engine_killed_at_timeout_is_error():
-    from verify.bench.cli import LocalNode
+    from verify.node import Node
 
     results = nccl.run(
         None,
         None,
-        LocalNode(),
+        Node(),
         {
             "backend": "gloo",
             "gpus": 2,
@@ -230,7 +230,7 @@ def test_node_with_fewer_gpus_than_its_profile_runs_and_fails_on_rank_count(tmp_
         (tmp_path / "dev" / f"nvidia{index}").write_text("")
     (tmp_path / "dev" / "nvidiactl").write_text("")
     assert nccl.count_gpus(str(tmp_path)) == 2
-    node = ScriptedNode(lambda argv: output(argv, stdout=fixture(SYSTEM)), root=str(tmp_path))
+    node = scripted_node(lambda argv: output(argv, stdout=fixture(SYSTEM)), root=str(tmp_path))
     results = nccl.run(None, load_profile("h200-sxm-8x"), node, {"engine": "nccl-tests", "binary": "/x/a", "tries": 1})
-    assert node.calls[0]["argv"][node.calls[0]["argv"].index("-g") + 1] == "2"
+    assert node.runner.calls[0]["argv"][node.runner.calls[0]["argv"].index("-g") + 1] == "2"
     assert results[0].status == Status.FAIL and "expected 8 GPUs" in results[0].reason

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from bench_helpers import ScriptedNode, fixture, output
+from bench_helpers import fixture, output, scripted_node
 
 from verify.bench import perftest
 from verify.bench.perftest_parse import MIB_TO_GBITS, parse_json, parse_port_rate, parse_text
@@ -104,14 +104,14 @@ def test_discovery_reads_ports_and_skips_down_ones(tmp_path):
 
 
 def test_no_hca_is_a_skip(tmp_path):
-    results = perftest.run(None, None, ScriptedNode(lambda a: output(a), root=str(tmp_path)), {})
+    results = perftest.run(None, None, scripted_node(lambda a: output(a), root=str(tmp_path)), {})
     assert results[0].status == Status.SKIP and "no active RDMA port" in results[0].reason
 
 
 def test_hca_without_perftest_is_an_error(tmp_path, monkeypatch):
     root = _sysfs(tmp_path, [("mlx5_0", 1, "400 Gb/sec (4X NDR)", "InfiniBand", "4: ACTIVE")])
     monkeypatch.setattr(perftest, "which", lambda name, root="/": None)
-    results = perftest.run(None, None, ScriptedNode(lambda a: output(a), root=root), {})
+    results = perftest.run(None, None, scripted_node(lambda a: output(a), root=root), {})
     assert results[0].status == Status.ERROR and "not installed" in results[0].reason
 
 
@@ -124,12 +124,12 @@ def _fast(**kw):
 def test_loopback_starts_server_then_client_and_judges_against_port_rate(tmp_path):
     root = _sysfs(tmp_path, [("mlx5_0", 1, "400 Gb/sec (4X NDR)", "InfiniBand", "4: ACTIVE")])
     sweep = fixture("perftest_ib_write_bw_sweep_issue132.txt")
-    node = ScriptedNode(lambda argv: output(argv, stdout=sweep if argv[-1] == "127.0.0.1" else ""), root=root)
+    node = scripted_node(lambda argv: output(argv, stdout=sweep if argv[-1] == "127.0.0.1" else ""), root=root)
     results = perftest.run(None, None, node, _fast())
     verdict = results[0]
     assert verdict.check_id == "bench.rdma.mlx5_0.write_bw"
     assert verdict.status == Status.FAIL and verdict.expected == ">= 360 Gb/s" and verdict.observed == 0.17
-    server, client = (c for c in node.calls)
+    server, client = (c for c in node.runner.calls)
     assert server["argv"][0] == "/opt/perftest/bin/ib_write_bw" and server["argv"][-1] != "127.0.0.1"
     assert client["argv"][-1] == "127.0.0.1"
     assert server["timeout_s"] > client["timeout_s"]
@@ -138,12 +138,12 @@ def test_loopback_starts_server_then_client_and_judges_against_port_rate(tmp_pat
 def test_peer_run_bounds_the_remote_server_with_timeout(tmp_path):
     root = _sysfs(tmp_path, [("mlx5_0", 1, "200 Gb/sec (4X HDR)", "InfiniBand", "4: ACTIVE")])
     lat = fixture("perftest_ib_read_lat_roce_spiderpool.txt")
-    node = ScriptedNode(lambda argv: output(argv, stdout=lat), root=root)
+    node = scripted_node(lambda argv: output(argv, stdout=lat), root=root)
     results = perftest.run(None, None, node, _fast(peer="node-b", tests=["write_lat"]))
     assert results[0].status == Status.PASS and results[0].observed == 6.74
-    server = next(c["argv"] for c in node.calls if c["argv"][0] == "ssh")
+    server = next(c["argv"] for c in node.runner.calls if c["argv"][0] == "ssh")
     assert server[:4] == ["ssh", "-o", "BatchMode=yes", "node-b"] and server[4] == "timeout"
-    client = next(c["argv"] for c in node.calls if c["argv"][0] != "ssh")
+    client = next(c["argv"] for c in node.runner.calls if c["argv"][0] != "ssh")
     assert client[-1] == "node-b"
 
 
@@ -152,19 +152,19 @@ def test_latency_ceiling_from_verify_thresholds(tmp_path):
     lat = fixture("perftest_ib_read_lat_roce_spiderpool.txt")
     spec = {"verify": {"thresholds": {"rdma_lat_us": 5.0}}}
     results = perftest.run(
-        spec, None, ScriptedNode(lambda a: output(a, stdout=lat), root=root), _fast(tests=["send_lat"])
+        spec, None, scripted_node(lambda a: output(a, stdout=lat), root=root), _fast(tests=["send_lat"])
     )
     assert results[0].status == Status.FAIL and results[0].expected == "<= 5 us"
 
 
 def test_hung_client_is_error_and_both_sides_were_bounded(tmp_path):
     root = _sysfs(tmp_path, [("mlx5_0", 1, "400 Gb/sec (4X NDR)", "InfiniBand", "4: ACTIVE")])
-    node = ScriptedNode(lambda argv: output(argv, stdout=" #bytes  #iterations", timed_out=True), root=root)
+    node = scripted_node(lambda argv: output(argv, stdout=" #bytes  #iterations", timed_out=True), root=root)
     results = perftest.run(None, None, node, _fast(timeout_s=2))
     assert results[0].status == Status.ERROR and "hung" in results[0].reason
-    assert all(c["timeout_s"] <= 12 for c in node.calls)
+    assert all(c["timeout_s"] <= 12 for c in node.runner.calls)
 
 
 def test_unknown_test_name_is_one_clear_error(tmp_path):
-    results = perftest.run(None, None, ScriptedNode(lambda a: output(a), root=str(tmp_path)), {"tests": ["atomic"]})
+    results = perftest.run(None, None, scripted_node(lambda a: output(a), root=str(tmp_path)), {"tests": ["atomic"]})
     assert results[0].status == Status.ERROR and "atomic" in results[0].reason

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import types
 
-from bench_helpers import ScriptedNode, output
+from bench_helpers import output, scripted_node
 
 import verify.bench as bench
 from verify.bench import cli
@@ -14,28 +15,28 @@ from verify.result import Status
 
 
 def test_names_default_to_the_desired_state_and_aliases_collapse(tmp_path):
-    node = ScriptedNode(lambda a: output(a), root=str(tmp_path))
+    node = scripted_node(lambda a: output(a), root=str(tmp_path))
     spec = {"verify": {"benchmarks": ["perftest", "rdma", "ib"]}}
     results = bench.run_benchmarks(spec, None, node)
     assert [r.check_id for r in results] == ["bench.rdma"] and results[0].status == Status.SKIP
 
 
 def test_unknown_name_is_an_error_and_does_not_stop_the_rest(tmp_path):
-    node = ScriptedNode(lambda a: output(a), root=str(tmp_path))
+    node = scripted_node(lambda a: output(a), root=str(tmp_path))
     results = bench.run_benchmarks({}, None, node, ["warp-drive", "rdma"])
     assert results[0].status == Status.ERROR and "warp-drive" in results[0].reason
     assert results[1].check_id == "bench.rdma"
 
 
 def test_a_crashing_family_becomes_one_error(monkeypatch, tmp_path):
-    class Broken:
-        @staticmethod
-        def run(*args):
-            raise RuntimeError("boom")
+    def crash(spec, profile, node, overrides):
+        raise RuntimeError("boom")
 
-    monkeypatch.setitem(sys.modules, "verify.bench.broken", Broken)
+    broken = types.ModuleType("verify.bench.broken")
+    broken.run = crash
+    monkeypatch.setitem(sys.modules, "verify.bench.broken", broken)
     monkeypatch.setitem(bench.FAMILIES, "broken", "verify.bench.broken")
-    results = bench.run_benchmarks({}, None, ScriptedNode(lambda a: output(a)), ["broken"])
+    results = bench.run_benchmarks({}, None, scripted_node(lambda a: output(a)), ["broken"])
     assert results[0].status == Status.ERROR and "boom" in results[0].reason
 
 

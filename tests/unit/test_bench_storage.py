@@ -5,13 +5,13 @@ from __future__ import annotations
 import os
 
 import pytest
-from bench_helpers import ScriptedNode, fixture, output
+from bench_helpers import fixture, output, scripted_node
 
 from verify.bench import storage
-from verify.bench.cli import LocalNode
 from verify.bench.cufile_read import cufile_mode
 from verify.bench.gds_parse import parse_gdscheck, parse_gdsio
 from verify.bench.odirect_read import make_file, read_direct
+from verify.node import Node
 from verify.result import Status
 
 
@@ -33,7 +33,7 @@ def test_odirect_refuses_a_file_smaller_than_a_block(tmp_path):
 @pytest.mark.slow
 def test_storage_run_for_real_writes_reads_and_removes_its_scratch_file(tmp_path):
     results = storage.run(
-        None, None, LocalNode(), {"dir": str(tmp_path), "size_bytes": 16 << 20, "tries": 1, "engines": ("odirect",)}
+        None, None, Node(), {"dir": str(tmp_path), "size_bytes": 16 << 20, "tries": 1, "engines": ("odirect",)}
     )
     assert [r.check_id for r in results] == ["bench.storage.odirect"]
     assert results[0].status == Status.PASS and results[0].observed > 0
@@ -45,7 +45,7 @@ def test_odirect_floor_from_verify_thresholds(tmp_path):
     path = str(tmp_path / "f.bin")
     make_file(path, 4 << 20)
     spec = {"verify": {"thresholds": {"storage_odirect_gbps": 1e6}}}
-    results = storage.run(spec, None, LocalNode(), {"file": path, "tries": 1, "engines": ("odirect",)})
+    results = storage.run(spec, None, Node(), {"file": path, "tries": 1, "engines": ("odirect",)})
     assert results[0].status == Status.FAIL and results[0].expected == ">= 1e+06 GB/s"
     assert os.path.exists(path)  # a file the user named is never removed
 
@@ -62,7 +62,7 @@ def test_cufile_failure_on_the_gpu_machine_is_an_error_with_the_stage(tmp_path, 
             return output(argv, stderr=stderr, returncode=4)
         return output(argv, stdout=fixture("h200x2_odirect_qd1.stdout"))
 
-    results = {r.check_id: r for r in storage.run(None, None, ScriptedNode(answer), {"file": path, "tries": 1})}
+    results = {r.check_id: r for r in storage.run(None, None, scripted_node(answer), {"file": path, "tries": 1})}
     assert results["bench.storage.odirect"].status == Status.PASS
     cufile = results["bench.storage.cufile"]
     assert cufile.status == Status.ERROR and "HANDLE_NOT_REGISTERED" in cufile.reason
@@ -75,7 +75,7 @@ def test_cufile_compat_mode_is_said_and_fails_where_gds_is_expected(tmp_path, mo
     monkeypatch.setattr(storage, "which", lambda name, root="/": None)
     # A real compatibility-mode run on the GPU machine (see tests/fixtures/bench/README.md).
     line = fixture("h200_cufile_compat.stdout")
-    node = ScriptedNode(lambda argv: output(argv, stdout=line))
+    node = scripted_node(lambda argv: output(argv, stdout=line))
     relaxed = storage.run(None, {"gds_expected": False}, node, {"file": path, "tries": 1, "engines": ("cufile",)})
     assert relaxed[0].status == Status.PASS and "compatibility mode" in relaxed[0].reason
     assert "1.17 GB/s" in relaxed[0].reason
@@ -125,9 +125,9 @@ def test_gdsio_same_file_both_paths_and_ratio_judged(tmp_path, monkeypatch):
             return output(argv, stdout=fixture("h200x2_odirect_qd1.stdout"))
         return output(argv, stdout=gpud if argv[argv.index("-x") + 1] == "0" else cpu)
 
-    node = ScriptedNode(answer)
+    node = scripted_node(answer)
     results = {r.check_id: r for r in storage.run(None, None, node, {"file": path, "tries": 1})}
-    gdsio_calls = [c["argv"] for c in node.calls if c["argv"][0].endswith("gdsio")]
+    gdsio_calls = [c["argv"] for c in node.runner.calls if c["argv"][0].endswith("gdsio")]
     assert [c[c.index("-x") + 1] for c in gdsio_calls] == ["0", "2"]
     assert all(c[c.index("-f") + 1] == path for c in gdsio_calls)
     # gdscheck lists no supported driver path: GPUD numbers come from compatibility mode and say so.
@@ -138,10 +138,10 @@ def test_gdsio_same_file_both_paths_and_ratio_judged(tmp_path, monkeypatch):
 
 def test_scratch_file_is_not_written_where_it_would_fill_the_disk(tmp_path, monkeypatch):
     monkeypatch.setattr(storage, "free_bytes", lambda directory: 2 << 30)
-    node = ScriptedNode(lambda argv: output(argv))
+    node = scripted_node(lambda argv: output(argv))
     results = storage.run(None, None, node, {"dir": str(tmp_path), "size_bytes": 4 << 30})
     assert results[0].status == Status.ERROR and "2 GiB free" in results[0].reason
-    assert node.calls == []
+    assert node.runner.calls == []
     monkeypatch.undo()
     missing = storage.run(None, None, node, {"dir": str(tmp_path / "nowhere"), "size_bytes": 1 << 20})
     assert "unknown free" in missing[0].reason

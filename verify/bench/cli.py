@@ -5,21 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import dataclass
-from typing import Callable
 
 from verify.bench import FAMILIES, canonical, run_benchmarks
 from verify.bench.common import parse_size
+from verify.node import Node
 from verify.result import exit_code, sort_for_people
-from verify.runner import run_command
-
-
-@dataclass
-class LocalNode:
-    """This machine: the live root and the real command runner."""
-
-    root: str = "/"
-    run: Callable = run_command
 
 
 def build_parser(family: str) -> argparse.ArgumentParser:
@@ -98,7 +88,7 @@ def main(args) -> int:
     except ValueError as exc:
         print(f"tunefleet bench: {exc}", file=sys.stderr)
         return 2
-    results = run_benchmarks(spec, profile, LocalNode(), [family], {family: _overrides(family, options)})
+    results = run_benchmarks(spec, profile, Node(), [family], {family: _overrides(family, options)})
     for item in sort_for_people(results):
         print(f"{item.status.value:5} {item.check_id:32} {item.reason}")
     if options.json_out:
