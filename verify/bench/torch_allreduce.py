@@ -33,6 +33,89 @@ def bus_factor(world: int) -> float:
     return 2.0 * (world - 1) / world if world > 1 else 1.0
 
 
+def _seconds_per_iter(torch, dist, tensor, iters: int, device) -> float:
+    """Mean time of `iters` back-to-back all-reduces on this rank.
+
+    GPU: between two CUDA events on the stream the collectives run on, as nccl-tests times
+    (host timers would add launch and synchronisation costs). CPU (gloo): perf_counter, since
+    gloo's all_reduce returns only when the data has moved.
+    """
+    if device.type == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(iters):
+            dist.all_reduce(tensor)
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1000.0 / iters
+    began = time.perf_counter()
+    for _ in range(iters):
+        dist.all_reduce(tensor)
+    return (time.perf_counter() - began) / iters
+
+
+def timing_method(device) -> str:
+    return "cuda-events" if device.type == "cuda" else "perf_counter"
+
+
+def allreduce_rows(dist, device, rank: int, world: int, sizes: list, iters: int, warmup: int, on_row=None) -> list:
+    """THE all-reduce timing loop: verify.bench.torch_allreduce (one node) and
+    verify.fleet.multinode (many) both measure with it, so their figures stay comparable.
+
+    Runs inside an initialised process group. Per size: `warmup` untimed all-reduces, a barrier,
+    `iters` timed ones; the slowest rank's time counts; then a correctness pass like nccl-tests'
+    #wrong (every rank contributes rank+1). algbw = bytes / time, busbw = algbw * 2(n-1)/n, GB = 1e9.
+    Every rank gets the same rows; `on_row(row)` is called as each size finishes.
+    """
+    import torch
+
+    factor = bus_factor(world)
+    rows = []
+    for size in sizes:
+        count = max(1, size // 4)
+        nbytes = count * 4
+        tensor = torch.zeros(count, dtype=torch.float32, device=device)
+        for _ in range(warmup):
+            dist.all_reduce(tensor)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        dist.barrier()
+        seconds = _seconds_per_iter(torch, dist, tensor, iters, device)
+        slowest = torch.tensor([seconds], dtype=torch.float64, device=device)
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+        seconds = float(slowest.item())
+        tensor.fill_(float(rank + 1))
+        dist.all_reduce(tensor)
+        wrong = torch.tensor([int((tensor != world * (world + 1) / 2.0).sum().item())], dtype=torch.int64,
+                             device=device)
+        dist.all_reduce(wrong)
+        del tensor
+        algbw = nbytes / seconds / 1e9
+        row = {
+            "size_bytes": nbytes,
+            "count": count,
+            "dtype": "float",
+            "redop": "sum",
+            "time_us": seconds * 1e6,
+            "algbw_gbps": algbw,
+            "busbw_gbps": algbw * factor,
+            "wrong": int(wrong.item()),
+        }
+        rows.append(row)
+        if on_row is not None:
+            on_row(row)
+    return rows
+
+
+def print_row(row: dict) -> None:
+    print(
+        f"{row['size_bytes']:>12} {row['count']:>12}  float  sum  {row['time_us']:10.1f} {row['algbw_gbps']:8.2f}"
+        f" {row['busbw_gbps']:8.2f} {row['wrong']:>6}",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
 def _worker(rank: int, world: int, store: str, opts: dict, out_path: str) -> None:
     import torch
     import torch.distributed as dist
@@ -58,63 +141,9 @@ def _worker(rank: int, world: int, store: str, opts: dict, out_path: str) -> Non
         kwargs.pop("device_id", None)
         dist.init_process_group(**kwargs)
 
-    def sync() -> None:
-        if backend == "nccl":
-            torch.cuda.synchronize(device)
-
-    factor = bus_factor(world)
-    rows = []
-    for size in sweep(opts["min_bytes"], opts["max_bytes"]):
-        count = max(1, size // 4)
-        nbytes = count * 4
-        tensor = torch.zeros(count, dtype=torch.float32, device=device)
-        for _ in range(opts["warmup"]):
-            dist.all_reduce(tensor)
-        sync()
-        dist.barrier()
-        if backend == "nccl":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(opts["iters"]):
-                dist.all_reduce(tensor)
-            end.record()
-            end.synchronize()
-            seconds = start.elapsed_time(end) / 1000.0 / opts["iters"]
-        else:
-            began = time.perf_counter()
-            for _ in range(opts["iters"]):
-                dist.all_reduce(tensor)
-            seconds = (time.perf_counter() - began) / opts["iters"]
-        slowest = torch.tensor([seconds], dtype=torch.float64, device=device)
-        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-        seconds = float(slowest.item())
-        # Correctness, like nccl-tests' #wrong: every rank contributes rank+1.
-        tensor.fill_(float(rank + 1))
-        dist.all_reduce(tensor)
-        expected = world * (world + 1) / 2.0
-        wrong = int((tensor != expected).sum().item())
-        wrong_total = torch.tensor([wrong], dtype=torch.int64, device=device)
-        dist.all_reduce(wrong_total)
-        del tensor
-        algbw = nbytes / seconds / 1e9
-        row = {
-            "size_bytes": nbytes,
-            "count": count,
-            "dtype": "float",
-            "redop": "sum",
-            "time_us": seconds * 1e6,
-            "algbw_gbps": algbw,
-            "busbw_gbps": algbw * factor,
-            "wrong": int(wrong_total.item()),
-        }
-        rows.append(row)
-        if rank == 0:
-            print(
-                f"{nbytes:>12} {count:>12}  float  sum  {row['time_us']:10.1f} {algbw:8.2f} {row['busbw_gbps']:8.2f}"
-                f" {row['wrong']:>6}",
-                file=sys.stderr,
-                flush=True,
-            )
+    sizes = sweep(opts["min_bytes"], opts["max_bytes"])
+    rows = allreduce_rows(dist, device, rank, world, sizes, opts["iters"], opts["warmup"],
+                          print_row if rank == 0 else None)
     if rank == 0:
         meta = {
             "torch": torch.__version__,
@@ -123,7 +152,7 @@ def _worker(rank: int, world: int, store: str, opts: dict, out_path: str) -> Non
             "rows": rows,
             "iters": opts["iters"],
             "warmup": opts["warmup"],
-            "timing": "cuda-events" if backend == "nccl" else "perf_counter",
+            "timing": timing_method(device),
         }
         if backend == "nccl":
             version = torch.cuda.nccl.version()

@@ -3,9 +3,10 @@
 `python3 -m verify.fleet.multinode launch ...` runs on each node (the playbook starts it on all
 hosts in parallel): it starts the chosen launcher (torchrun with a c10d rendezvous on the first
 host; mpirun or srun when the user picks them) around the `worker` mode of this module, then
-writes a crossnode result. The timing loop follows verify.bench.torch_allreduce (same sweep, same
-bus factor, slowest rank counts); the judging is verify.bench.nccl.judge with the inter-node
-threshold, so one all-reduce yardstick serves one node and many.
+writes a crossnode result. The timing loop is verify.bench.torch_allreduce.allreduce_rows itself
+(same sweep, CUDA-event timing on GPUs, slowest rank counts); the judging is verify.bench.nccl.judge
+with the inter-node floor `nccl_allreduce_internode_busbw_gbps` of the profile the node's own verify
+uses (the desired state's verify_profile, "auto" included), so one yardstick serves one node and many.
 
 Only the first host (node rank 0) holds the measurement and its verdict; every other host records
 that it took part, or why its ranks failed.
@@ -56,7 +57,6 @@ def rank_env() -> tuple:
 
 
 def worker(args: argparse.Namespace) -> int:
-    import time
     from datetime import timedelta
 
     rank, world, local_rank = rank_env()  # before importing torch: a bad start fails in milliseconds
@@ -64,7 +64,7 @@ def worker(args: argparse.Namespace) -> int:
     import torch.distributed as dist
 
     from verify.bench.common import parse_size
-    from verify.bench.torch_allreduce import bus_factor, sweep
+    from verify.bench.torch_allreduce import allreduce_rows, sweep, timing_method
 
     os.environ.setdefault("RANK", str(rank))
     os.environ.setdefault("WORLD_SIZE", str(world))
@@ -75,42 +75,21 @@ def worker(args: argparse.Namespace) -> int:
         device = torch.device("cpu")
     dist.init_process_group(args.backend, init_method="env://", rank=rank, world_size=world,
                             timeout=timedelta(seconds=args.timeout_s))
-    rows = []
-    for size in sweep(parse_size(args.min_bytes), parse_size(args.max_bytes)):
-        count = max(1, size // 4)
-        tensor = torch.zeros(count, dtype=torch.float32, device=device)
-        for _ in range(args.warmup):
-            dist.all_reduce(tensor)
-        if args.backend == "nccl":
-            torch.cuda.synchronize(device)
-        dist.barrier()
-        began = time.perf_counter()
-        for _ in range(args.iters):
-            dist.all_reduce(tensor)
-        if args.backend == "nccl":
-            torch.cuda.synchronize(device)
-        seconds = torch.tensor([(time.perf_counter() - began) / args.iters], dtype=torch.float64, device=device)
-        dist.all_reduce(seconds, op=dist.ReduceOp.MAX)
-        tensor.fill_(float(rank + 1))
-        dist.all_reduce(tensor)
-        mismatches = int((tensor != world * (world + 1) / 2.0).sum().item())
-        wrong = torch.tensor([mismatches], dtype=torch.int64, device=device)
-        dist.all_reduce(wrong)
-        algbw = count * 4 / float(seconds.item()) / 1e9
-        rows.append({"size_bytes": count * 4, "count": count, "dtype": "float", "redop": "sum",
-                     "time_us": float(seconds.item()) * 1e6, "algbw_gbps": algbw,
-                     "busbw_gbps": algbw * bus_factor(world), "wrong": int(wrong.item())})
+    sizes = sweep(parse_size(args.min_bytes), parse_size(args.max_bytes))
+    rows = allreduce_rows(dist, device, rank, world, sizes, args.iters, args.warmup)
     if rank == 0:
         with open(args.out, "w", encoding="utf-8") as handle:
-            json.dump({"world_size": world, "backend": args.backend, "torch": torch.__version__, "rows": rows}, handle)
+            json.dump({"world_size": world, "backend": args.backend, "torch": torch.__version__,
+                       "timing": timing_method(device), "rows": rows}, handle)
     dist.barrier()
     dist.destroy_process_group()
     return 0
 
 
 def judge_run(payload: Optional[dict], returncode: Optional[int], output_tail: str, args: argparse.Namespace,
-              spec: Optional[dict]) -> dict:
-    """The crossnode result (a CheckResult dict) for this host."""
+              spec: Optional[dict], profile: Optional[dict] = None) -> dict:
+    """The crossnode result (a CheckResult dict) for this host, judged against the inter-node floor
+    (the desired state's verify_thresholds, else `profile`'s)."""
     from verify.bench.common import result as bench_result
     from verify.result import Status
 
@@ -134,20 +113,53 @@ def judge_run(payload: Optional[dict], returncode: Optional[int], output_tail: s
     problems = [f"wrong all-reduce results at sizes {wrong[:4]}"] if wrong else []
     measurement = Measurement("torch", points, int(payload.get("world_size", 0)), NcclTransport(), problems,
                               {"backend": payload.get("backend"), "torch": payload.get("torch")})
-    threshold = _threshold(spec)
+    from verify.profiles import resolve_threshold
+
+    threshold = resolve_threshold(THRESHOLD_KEY, profile, spec)
     opts = NcclOptions(backend=args.backend, allow_socket=args.backend == "gloo")
     judged = judge(measurement, expected_ranks, threshold, opts, nvls_expected=None)
     judged.details.update({"nodes": args.nnodes, "launcher": args.launcher, "backend": args.backend,
-                           "value": judged.observed, "unit": "GB/s"})
+                           "value": judged.observed, "unit": "GB/s", "profile": (profile or {}).get("name"),
+                           "timing": payload.get("timing")})
+    if judged.status != Status.PASS:
+        judged.remediation = REMEDIATION  # across nodes the NICs and switches are the suspects, not NVLink
     return _as_fleet(judged)
 
 
-def _threshold(spec: Optional[dict]):
-    from verify.profiles import KEYS, resolve_threshold
+def verdict(payload: Optional[dict], returncode: Optional[int], output_tail: str, args: argparse.Namespace,
+            spec: Optional[dict]) -> dict:
+    """judge_run with the run's profile resolved (only the first host, holding a measurement, needs it)."""
+    profile = None
+    if args.node_rank == 0 and returncode == 0 and payload is not None:
+        try:
+            profile = run_profile(args, spec)
+        except ValueError as exc:  # a profile that does not load is said, never silently judged without
+            from verify.bench.common import result as bench_result
+            from verify.result import Status
 
-    if THRESHOLD_KEY not in KEYS:
+            return _as_fleet(bench_result(CHECK_ID, Status.ERROR, f"hardware profile: {exc}",
+                                          remediation="fix verify_profile (see `tunefleet profiles`)",
+                                          details={"measurement": payload}))
+    return judge_run(payload, returncode, output_tail, args, spec, profile)
+
+
+def run_profile(args: argparse.Namespace, spec: Optional[dict]) -> Optional[dict]:
+    """The hardware profile this node's own `verify` judges against: --profile, else the desired
+    state's verify_profile resolved the same way (verify.local_run.bench_profile; "auto" picks
+    from this node's hardware), so the fleet run and the node run read the same floors."""
+    from verify.local_run import bench_profile, load_named_profile
+
+    if args.profile:
+        return load_named_profile(args.profile)
+    name = ((spec or {}).get("verify") or {}).get("profile")
+    if not name:
         return None
-    return resolve_threshold(THRESHOLD_KEY, None, spec)
+    facts: dict = {}
+    if name == "auto":
+        from verify.node import Node, gather_facts
+
+        facts = gather_facts(Node())
+    return bench_profile(spec, facts)
 
 
 def _as_fleet(result) -> dict:
@@ -179,7 +191,7 @@ def launch(args: argparse.Namespace) -> int:
         output = tail(out.stdout + out.stderr)
         payload = _read_json(args.result_file) if args.node_rank == 0 else None
     spec = _read_json(args.spec) if args.spec else None
-    record = judge_run(payload, returncode, output, args, spec)
+    record = verdict(payload, returncode, output, args, spec)
     with open(args.out, "w", encoding="utf-8") as handle:
         json.dump([record], handle, indent=1)
     print(f"{record['status']}: {record['reason']}")
@@ -215,7 +227,9 @@ def build_parser() -> argparse.ArgumentParser:
     launch_p.add_argument("--master-port", type=int, default=29531)
     launch_p.add_argument("--hosts", type=lambda s: [h for h in s.split(",") if h], default=[])
     launch_p.add_argument("--ifname", default="", help="interface for the rendezvous and gloo/NCCL sockets")
-    launch_p.add_argument("--spec", default="", help="desired state (for verify_thresholds)")
+    launch_p.add_argument("--spec", default="", help="desired state (verify_thresholds, verify_profile)")
+    launch_p.add_argument("--profile", default="",
+                          help="hardware profile for the inter-node floor (default: the spec's verify_profile)")
     launch_p.add_argument("--result-file", default="allreduce-measurement.json")
     return parser
 
