@@ -89,28 +89,46 @@ class Node:
         return self.runner(argv, timeout_s=timeout_s, env=env, cwd=cwd)
 
 
-def parse_cpulist(text: str) -> set:
-    """Kernel cpulist syntax ("0-3,8,10-11", also "0-7:2" strides) to a set of CPU numbers."""
+# The kernel's NR_CPUS tops out at 8192; a list naming a CPU beyond this is not a CPU list.
+MAX_CPUS = 65536
+
+
+def parse_cpulist(text: str, limit: int = MAX_CPUS) -> set:
+    """Kernel cpulist syntax ("0-3,8,10-11", also "0-7:2" strides) to a set of CPU numbers.
+
+    Raises ReadError (and nothing else) on anything else, including a CPU number at or above
+    `limit`: a set is built per CPU, so an unbounded "0-99999999" would take gigabytes.
+    """
     cpus: set = set()
     text = text.strip()
     if not text:
         return cpus
+
+    def number(word: str) -> int:
+        word = word.strip()
+        if not word.isascii() or not word.isdigit() or len(word) > 6:
+            raise ReadError(f"cpulist {text[:60]!r}: {word[:20]!r} is not a CPU number")
+        value = int(word)
+        if value >= limit:
+            raise ReadError(f"cpulist {text[:60]!r}: CPU {value} is beyond {limit - 1}")
+        return value
+
     for part in text.split(","):
         part = part.strip()
         stride = 1
         if ":" in part:
             part, stride_text = part.split(":", 1)
-            stride = int(stride_text)
+            stride = number(stride_text)
             if stride < 1:
-                raise ValueError(f"bad stride in cpulist {text!r}")
+                raise ReadError(f"bad stride in cpulist {text[:60]!r}")
         if "-" in part:
             low_text, high_text = part.split("-", 1)
-            low, high = int(low_text), int(high_text)
+            low, high = number(low_text), number(high_text)
             if high < low:
-                raise ValueError(f"descending range in cpulist {text!r}")
+                raise ReadError(f"descending range in cpulist {text[:60]!r}")
             cpus.update(range(low, high + 1, stride))
         else:
-            cpus.add(int(part))
+            cpus.add(number(part))
     return cpus
 
 
@@ -164,9 +182,12 @@ def _cpu(node: Node) -> dict:
 
 
 def _memory_kib(node: Node) -> Optional[int]:
-    for line in (node.read("/proc/meminfo") or "").splitlines():
+    for number, line in enumerate((node.read("/proc/meminfo") or "").splitlines(), 1):
         if line.startswith("MemTotal:"):
-            return int(line.split()[1])
+            fields = line.split()
+            if len(fields) < 2 or not fields[1].isascii() or not fields[1].isdigit() or len(fields[1]) > 18:
+                raise ReadError(f"/proc/meminfo line {number}: no MemTotal in kB: {line[:60]!r}")
+            return int(fields[1])
     return None
 
 
@@ -258,8 +279,11 @@ def _tool_versions(node: Node) -> dict:
 def gather_facts(node: Node) -> dict:
     """Host, OS, kernel, CPU/NUMA, memory, GPUs, NICs, block devices and tool versions.
 
-    Every part is best effort: a fact that cannot be read is None, never an exception.
+    Every part is best effort: a fact that cannot be read is None, never an exception (any
+    exception: a bug in one part costs that part, with its traceback kept in `fact_errors`).
     """
+    import traceback
+
     facts: dict = {"host": _hostname(node), "root": node.root}
     parts = (("os", _os_release), ("cpu", _cpu), ("memory_kib", _memory_kib), ("gpus", _gpus),
              ("nics", _nics), ("block_devices", _block_devices), ("libraries", _libraries),
@@ -270,7 +294,9 @@ def gather_facts(node: Node) -> dict:
     for key, gather in parts:
         try:
             facts[key] = gather(node)
-        except (OSError, ValueError) as exc:
+        except Exception as exc:  # noqa: BLE001 - one unreadable fact must not end the run
             facts[key] = None
             facts.setdefault("fact_errors", {})[key] = f"{type(exc).__name__}: {exc}"
+            if not isinstance(exc, (OSError, ValueError)):  # a bug, not bad input: keep where it was
+                facts.setdefault("fact_tracebacks", {})[key] = traceback.format_exc(limit=8)
     return facts

@@ -40,7 +40,10 @@ class Threshold:
     source: str = ""
 
     def judge(self, observed: float) -> tuple:
-        """(Status, one-line reason) for an observed value."""
+        """(Status, one-line reason) for an observed value; a figure that cannot be real is ERROR."""
+        broken = broken_measurement(observed)
+        if broken:
+            return Status.ERROR, broken
         if self.kind == "min":
             if observed < self.limit:
                 return Status.FAIL, f"{observed:.4g} is below the floor {self.limit:.4g}"
@@ -132,7 +135,11 @@ def broken_measurement(value: Any, peak: Optional[float] = None, peak_source: st
     """
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return f"measurement broken: {value!r} is not a number"
-    if math.isnan(value) or math.isinf(value):
+    try:
+        finite = math.isfinite(value)
+    except OverflowError:  # an integer too big for a float
+        return f"measurement broken: a number of about {int(value.bit_length() * 0.30103) + 1} digits"
+    if not finite:
         return f"measurement broken: {value} is not a finite number"
     if value < 0:
         return f"measurement broken: {value:.4g} is negative"

@@ -1,4 +1,8 @@
-"""Pure parsers for NVIDIA GDS tools: `gdsio` result lines and `gdscheck -p` reports."""
+"""Pure parsers for NVIDIA GDS tools: `gdsio` result lines and `gdscheck -p` reports.
+
+Each parser returns its result or raises GdsParseError naming the line; nothing else. A figure
+that reads as a number is returned as printed (negative, NaN): judging refuses those.
+"""
 
 from __future__ import annotations
 
@@ -33,28 +37,42 @@ class GdsioRun:
         return data
 
 
+class GdsParseError(ValueError):
+    """gdsio / gdscheck output that cannot be read; the message names the line."""
+
+
 def _int_prefix(text: Optional[str]) -> Optional[int]:
-    match = re.match(r"(\d+)", text or "")
+    match = re.match(r"(\d{1,18})", text or "", re.ASCII)
     return int(match.group(1)) if match else None
+
+
+def _figure(text: Optional[str], what: str, number: int, line: str) -> float:
+    try:
+        if text is None or not text.isascii():
+            raise ValueError(text)
+        return float(text)
+    except ValueError:
+        raise GdsParseError(f"gdsio line {number}: {what} {text!r:.30} is not a number: "
+                            f"{line.strip()[:100]!r}") from None
 
 
 def parse_gdsio(text: str) -> list:
     """One GdsioRun per `IoType:` line (gdsio -V prints a second READ line after verifying)."""
     runs = []
-    for line in text.splitlines():
+    for number, line in enumerate(text.splitlines(), 1):
         if "IoType:" not in line or "Throughput:" not in line:
             continue
         pairs = dict(_PAIR.findall(line))
-        latency = re.search(r"Avg_Latency:\s+([\d.]+)", line)
-        ops = re.search(r"ops:\s+(\d+)", line)
+        latency = re.search(r"Avg_Latency:\s+(\S+)", line)
+        ops = re.search(r"ops:\s+(\d{1,18})\b", line, re.ASCII)
         runs.append(
             GdsioRun(
                 io_type=pairs.get("IoType", ""),
                 xfer_type=pairs.get("XferType", ""),
                 threads=_int_prefix(pairs.get("Threads")),
                 io_size_kib=_int_prefix(pairs.get("IOSize")),
-                throughput_gib_s=float(pairs["Throughput"]),
-                avg_latency_us=float(latency.group(1)) if latency else None,
+                throughput_gib_s=_figure(pairs.get("Throughput"), "Throughput", number, line),
+                avg_latency_us=_figure(latency.group(1), "Avg_Latency", number, line) if latency else None,
                 ops=int(ops.group(1)) if ops else None,
             )
         )

@@ -1,4 +1,8 @@
-"""Pure parsers for NCCL all-reduce output: nccl-tests text and NCCL_DEBUG=INFO lines."""
+"""Pure parsers for NCCL all-reduce output: nccl-tests text and NCCL_DEBUG=INFO lines.
+
+Each parser returns its result or raises NcclParseError naming the line; nothing else. Numbers
+are read as ASCII only (re.ASCII): '²' is a digit to str.isdigit() but not to int().
+"""
 
 from __future__ import annotations
 
@@ -7,21 +11,32 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 # Launchers prefix every line: srun "0: ", mpirun "[1,0]<stdout>:".
-_PREFIX = re.compile(r"^(?:\s*\d+:\s|\[\d+,\d+\]<std(?:out|err)>:)")
-_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(-?\d+)\s+(.*)$")
-_OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)\s+(OK|FAILED)")
-_AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([-\d.eE+]+|N/A)\s*(OK|FAILED)?")
+_PREFIX = re.compile(r"^(?:\s*\d+:\s|\[\d+,\d+\]<std(?:out|err)>:)", re.ASCII)
+_ROW = re.compile(r"^\s*(\d{1,20})\s+(\d{1,20})\s+(\w+)\s+(\w+)\s+(-?\d+)\s+(.*)$", re.ASCII)
+_OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d{1,20})\s+(OK|FAILED)", re.ASCII)
+_AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(\S+)\s*(OK|FAILED)?")
 _RANK = re.compile(
-    r"^#\s+Rank\s+(\d+)\s+Group\s+(\d+)\s+Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)\s+\[([^\]]*)\]\s*(.*)$"
+    r"^#\s+Rank\s+(\d{1,9})\s+Group\s+(\d+)\s+Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d{1,9})\s+\[([^\]]*)\]\s*(.*)$",
+    re.ASCII,
 )
 _VERSION = re.compile(r"^#\s*nccl-tests version\s+(\S+)\s+nccl-headers=(\d+)\s+nccl-library=(\d+)")
 _CHANNEL = re.compile(r"Channel\s+\d+/\d+\s*:\s*\d+\[[^\]]*\]\s*->\s*\d+\[[^\]]*\]\s*(?:\[\w+\]\s*)?via\s+(.+?)\s*$")
 _NCCL_VERSION = re.compile(r"NCCL version\s+([\d.]+)")
 
 
+class NcclParseError(ValueError):
+    """nccl-tests / nvidia-smi output that cannot be read; the message names the line."""
+
+
+def _count(text: str) -> Optional[int]:
+    """A #wrong column: a plain ASCII count, else None ('N/A', '²')."""
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 20 else None
+
+
 def _number(text: str) -> Optional[float]:
+    """A figure as printed; 'nan' and 'inf' are kept (judging refuses them), words are None."""
     try:
-        return float(text)
+        return float(text) if text.isascii() else None
     except ValueError:
         return None
 
@@ -104,11 +119,11 @@ def parse_nccl_tests(text: str) -> NcclTestsRun:
             time_us=_number(values[0]),
             algbw_gbps=_number(values[1]),
             busbw_gbps=_number(values[2]),
-            wrong=int(values[3]) if values[3].isdigit() else None,
+            wrong=_count(values[3]),
         )
         if len(values) >= 8:
             point.inplace_busbw_gbps = _number(values[6])
-            point.inplace_wrong = int(values[7]) if values[7].isdigit() else None
+            point.inplace_wrong = _count(values[7])
         run.points.append(point)
     return run
 
@@ -198,13 +213,15 @@ def parse_nvlink_status(text: str) -> dict:
     """`nvidia-smi nvlink --status`: GPU index -> list of per-link GB/s (inactive links omitted)."""
     links: dict = {}
     gpu = None
-    for line in text.splitlines():
-        head = re.match(r"^GPU\s+(\d+):", line)
+    for number, line in enumerate(text.splitlines(), 1):
+        head = re.match(r"^GPU\s+(\d{1,6}):", line, re.ASCII)
         if head:
             gpu = int(head.group(1))
             links[gpu] = []
             continue
-        speed = re.match(r"^\s+Link\s+\d+:\s+([\d.]+)\s+GB/s", line)
+        speed = re.match(r"^\s+Link\s+\d+:\s+(\d{1,9}(?:\.\d{1,9})?)\s+GB/s", line, re.ASCII)
         if speed and gpu is not None:
             links[gpu].append(float(speed.group(1)))
+        elif speed is None and re.match(r"^\s+Link\s+\d+:\s+[^<\s]*\s+GB/s", line) and gpu is not None:
+            raise NcclParseError(f"nvidia-smi nvlink --status line {number}: unreadable speed: {line.strip()[:80]!r}")
     return links

@@ -11,11 +11,23 @@ import os
 import tempfile
 import threading
 import time
+import traceback
 from dataclasses import dataclass, field
 from typing import Optional
 
-from verify.bench.common import Threshold, Try, judged, last_line, progress, result, tail, which, with_retries
-from verify.bench.perftest_parse import parse_json, parse_port_rate, parse_text
+from verify.bench.common import (
+    Threshold,
+    Try,
+    broken_measurement,
+    judged,
+    last_line,
+    progress,
+    result,
+    tail,
+    which,
+    with_retries,
+)
+from verify.bench.perftest_parse import PerftestParseError, parse_json, parse_port_rate, parse_text
 from verify.profiles import bench_setting, resolve_threshold
 from verify.result import CheckResult, Status
 
@@ -32,6 +44,7 @@ DERIVED_RATIO = Threshold(
 REMEDIATION = (
     "network: network_mtu / network_ring; check the HCA link (ibstat), cabling and nvidia_peermem for --use_cuda"
 )
+MAX_JSON_BYTES = 1 << 20  # perftest's --out_json is a few KB
 ROCE_DEFAULT_GID = 3  # RoCE v2 over IPv4 on mlx5 (anchors_verify.md 4.5; perftest#44)
 
 
@@ -67,8 +80,8 @@ class PerftestOptions:
 
 def _read(path: str) -> str:
     try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read().strip()
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read(4096).strip()
     except OSError:
         return ""
 
@@ -79,6 +92,8 @@ def discover_ports(root: str) -> list:
     for device in sorted(os.listdir(base)) if os.path.isdir(base) else []:
         port_dir = os.path.join(base, device, "ports")
         for number in sorted(os.listdir(port_dir)) if os.path.isdir(port_dir) else []:
+            if not (number.isascii() and number.isdigit() and len(number) <= 4):
+                continue  # sysfs names ports 1, 2, ...; anything else is not a port
             here = os.path.join(port_dir, number)
             ports.append(
                 Port(
@@ -150,6 +165,9 @@ def judge(
         typical = row.latency_us.get("t_typical")
         if typical is None:
             return result(check_id, Status.ERROR, "no typical latency in the output", details=details)
+        broken = broken_measurement(typical)
+        if latency_ceiling is None and broken:
+            return result(check_id, Status.ERROR, f"typical latency: {broken}", None, typical, "", details)
         if latency_ceiling is None:
             return result(
                 check_id,
@@ -165,6 +183,9 @@ def judge(
     average = row.bw_avg_gbits
     if average is None:
         return result(check_id, Status.ERROR, "no average bandwidth in the output", details=details)
+    broken = broken_measurement(average)
+    if threshold is None and broken:
+        return result(check_id, Status.ERROR, f"average bandwidth: {broken}", None, average, "", details)
     if threshold is None:
         return result(
             check_id,
@@ -224,12 +245,15 @@ def measure_one(node, port: Port, test: str, opts: PerftestOptions, tcp_port: in
             return None, f"{tool} client hung: killed after {opts.timeout_s:.0f} s (server killed by its timeout)", raw
         text = ""
         if os.path.isfile(json_file):
-            with open(json_file, encoding="utf-8") as handle:
-                text = handle.read()
+            with open(json_file, encoding="utf-8", errors="replace") as handle:
+                text = handle.read(MAX_JSON_BYTES)
         try:
-            parsed = parse_json(text) if text.strip() else parse_text(client.stdout)
-        except ValueError:
-            parsed = parse_text(client.stdout)
+            try:
+                parsed = parse_json(text) if text.strip() else parse_text(client.stdout)
+            except PerftestParseError:
+                parsed = parse_text(client.stdout)  # a JSON file cut short: the table on stdout says the same
+        except PerftestParseError as exc:
+            return None, f"{tool} output on {port.device} is broken ({exc}): not a measurement", raw
         if not parsed.rows:
             return (
                 None,
@@ -291,10 +315,16 @@ def run(spec: Optional[dict], profile: Optional[dict], node, overrides: Optional
                 threshold=threshold,
                 tcp_port=opts.port + offset,
             ) -> Try:
-                parsed, error, raw = measure_one(node, port, test, opts, tcp_port, tool)
-                if parsed is None:
-                    return Try(result(check_id, Status.ERROR, error, details={"partial_output": raw}))
-                judged = judge(check_id, parsed, port, test, threshold, latency_ceiling)
+                # One HCA's broken run (a crash included) is that HCA's ERROR row; the others still run.
+                try:
+                    parsed, error, raw = measure_one(node, port, test, opts, tcp_port, tool)
+                    if parsed is None:
+                        return Try(result(check_id, Status.ERROR, error, details={"partial_output": raw}))
+                    judged = judge(check_id, parsed, port, test, threshold, latency_ceiling)
+                except Exception as exc:  # noqa: BLE001
+                    return Try(result(check_id, Status.ERROR, f"{TESTS[test]} on {port.device} crashed: "
+                                      f"{type(exc).__name__}: {str(exc)[:200]}",
+                                      details={"traceback": traceback.format_exc(limit=8)}))
                 judged.details["run"] = raw
                 return Try(judged)
 

@@ -3,11 +3,13 @@
 Bandwidth units follow the header: `[Gb/sec]` with --report_gbits (1e9 bits), otherwise
 `[MB/sec]`, which perftest computes in MiB (2^20 bytes). Everything is returned in Gb/s.
 Latencies are one-way microseconds; `t_typical` is the median.
+
+Each parser returns its result or raises PerftestParseError naming the line or key; nothing else.
+A row cut short (a killed client) is not a result: it raises, so that HCA's check is ERROR.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Optional
@@ -43,11 +45,19 @@ class PerftestResult:
         return max(self.rows, key=lambda r: r.size_bytes) if self.rows else None
 
 
+class PerftestParseError(ValueError):
+    """perftest output that cannot be read; the message names the line or the JSON key."""
+
+
 def _float(text: str) -> Optional[float]:
     try:
-        return float(text)
+        return float(text) if text.isascii() else None
     except ValueError:
         return None
+
+
+def _count(text: str) -> Optional[int]:
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 20 else None
 
 
 def parse_text(text: str) -> PerftestResult:
@@ -55,7 +65,7 @@ def parse_text(text: str) -> PerftestResult:
     found = PerftestResult(kind="bw")
     header = None
     scale = 1.0
-    for raw in text.splitlines():
+    for number, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
         title = re.match(r"^([\w ]+?(?:BW|Latency) Test)$", line)
         if title:
@@ -75,12 +85,15 @@ def parse_text(text: str) -> PerftestResult:
         if header is None or not line or line.startswith("-"):
             continue
         values = line.split()
-        if not values[0].isdigit():
+        if _count(values[0]) is None:
             found.warnings.append(line)
             continue
         numbers = [_float(v) for v in values]
-        row = PerftestRow(size_bytes=int(values[0]), iterations=int(values[1]) if values[1].isdigit() else 0)
-        if found.kind == "bw" and len(numbers) >= 4:
+        wanted = 4 if found.kind == "bw" else 3
+        if len(values) < wanted or _count(values[1]) is None:
+            raise PerftestParseError(f"line {number}: result row cut short: {line[:80]!r}")
+        row = PerftestRow(size_bytes=_count(values[0]) or 0, iterations=_count(values[1]) or 0)
+        if found.kind == "bw":
             row.bw_peak_gbits = numbers[2] * scale if numbers[2] is not None else None
             row.bw_avg_gbits = numbers[3] * scale if numbers[3] is not None else None
             row.msg_rate_mpps = numbers[4] if len(numbers) > 4 else None
@@ -92,21 +105,42 @@ def parse_text(text: str) -> PerftestResult:
 
 def _lenient_json(text: str) -> dict:
     """perftest before 2023 wrote JSON with bare words and trailing commas (linux-rdma/perftest#216)."""
+    from verify.bounded_load import BoundedLoadError, loads_json_bounded
+
     try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        pass
+        return loads_json_bounded(text, "perftest --out_json", max_depth=8, allow_nan=True)
+    except BoundedLoadError as exc:
+        if "nested deeper" in str(exc):
+            raise PerftestParseError(str(exc)) from None
     fixed = re.sub(r"([{,]\s*)([A-Za-z_][\w.%]*)\s*:", r'\1"\2":', text)
     fixed = re.sub(r":\s*([A-Za-z_][\w\-]*)\s*([,}\n])", r': "\1"\2', fixed)
     fixed = re.sub(r",\s*([}\]])", r"\1", fixed)
-    return json.loads(fixed)
+    try:
+        return loads_json_bounded(fixed, "perftest --out_json", max_depth=8, allow_nan=True)
+    except BoundedLoadError as exc:
+        raise PerftestParseError(str(exc)) from None
+
+
+def _mapping(value, where: str) -> dict:
+    if not isinstance(value, dict):
+        raise PerftestParseError(f"perftest --out_json: {where} is {type(value).__name__}, not an object")
+    return value
+
+
+def _whole(value, where: str) -> int:
+    """MsgSize / n_iterations: a whole number >= 0 (JSON may hold it as 65536 or "65536")."""
+    number = _num(value)
+    if number is None or not number.is_integer() or number < 0 or number > 1 << 62:
+        raise PerftestParseError(f"perftest --out_json: {where} is {value!r:.40}, not a count")
+    return int(number)
 
 
 def parse_json(text: str) -> PerftestResult:
-    data = _lenient_json(text)
-    info = data.get("test_info", {})
+    data = _mapping(_lenient_json(text), "the document")
+    info = _mapping(data.get("test_info", {}), "test_info")
     results = data.get("results", data.get("results_local", {}))
     rows_data = results if isinstance(results, list) else [results]
+    rows_data = [_mapping(r, f"results[{i}]") for i, r in enumerate(rows_data)]
     kind = "lat" if any("t_min" in r for r in rows_data) else "bw"
     found = PerftestResult(
         kind=kind,
@@ -115,8 +149,9 @@ def parse_json(text: str) -> PerftestResult:
         link_type=str(info.get("Link_type", "")),
     )
     # JSON carries no unit: perftest writes Gb/s when run with --report_gbits (always, from tunefleet).
-    for item in rows_data:
-        row = PerftestRow(size_bytes=int(item.get("MsgSize", 0)), iterations=int(item.get("n_iterations", 0)))
+    for index, item in enumerate(rows_data):
+        row = PerftestRow(size_bytes=_whole(item.get("MsgSize", 0), f"results[{index}].MsgSize"),
+                          iterations=_whole(item.get("n_iterations", 0), f"results[{index}].n_iterations"))
         if kind == "bw":
             row.bw_peak_gbits = _num(item.get("BW_peak"))
             row.bw_avg_gbits = _num(item.get("BW_average"))
@@ -137,15 +172,18 @@ def parse_json(text: str) -> PerftestResult:
 
 
 def _num(value) -> Optional[float]:
-    if value is None:
+    """A JSON figure as a float (NaN and inf kept: judging refuses them); None when not a number."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, str) and not value.isascii():
         return None
     try:
         return float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
 
 
 def parse_port_rate(text: str) -> Optional[float]:
     """`/sys/class/infiniband/<dev>/ports/<n>/rate`, e.g. '400 Gb/sec (4X NDR)' -> 400.0."""
-    match = re.match(r"\s*([\d.]+)\s*Gb/sec", text)
+    match = re.match(r"\s*(\d{1,6}(?:\.\d{1,6})?)\s*Gb/sec", text, re.ASCII)
     return float(match.group(1)) if match else None

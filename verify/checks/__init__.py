@@ -48,7 +48,10 @@ def run_one(name: str, spec: dict, node: Node) -> list:
     except Exception as exc:  # a check's own bug or unreadable input must not end the run
         where = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
         at = f" at {where.filename.rsplit('/', 1)[-1]}:{where.lineno}" if where else ""
-        return [CheckResult(name, role, Status.ERROR, reason=f"{type(exc).__name__}: {exc}{at}")]
+        # The traceback goes into the report's JSON (details), never onto the terminal.
+        details = {"traceback": traceback.format_exc(limit=12)}
+        return [CheckResult(name, role, Status.ERROR, reason=f"{type(exc).__name__}: {str(exc)[:300]}{at}",
+                            details=details)]
 
 
 def run_checks(spec: dict, node: Node, names: Optional[list] = None, timings: Optional[dict] = None) -> list:
