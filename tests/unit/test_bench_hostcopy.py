@@ -17,11 +17,29 @@ def captured() -> dict:
     return read_result(fixture("h200x2_hostcopy.stdout"))
 
 
-def test_pcie_theoretical_rates():
-    assert hostcopy.theoretical_gbps(5, 16) == pytest.approx(63.015, abs=0.01)
-    assert hostcopy.theoretical_gbps(4, 16) == pytest.approx(31.51, abs=0.01)
-    assert hostcopy.theoretical_gbps(3, 8) == pytest.approx(7.877, abs=0.01)
-    assert hostcopy.theoretical_gbps(None, 16) is None
+def test_a_copy_above_the_pcie_peak_is_an_error_not_a_pass():
+    gpu0 = dict(captured()["gpus"][0], h2d_gbps=70.0)  # Gen5 x16 carries 63.0 GB/s per direction
+    derived = hostcopy.judge_copy("h2d", gpu0, None, hostcopy.DERIVED_RATIO)
+    assert derived.status == Status.ERROR and "measurement broken" in derived.reason
+    assert "PCIe Gen5 x16" in derived.reason
+    floor = resolve_threshold("h2d_gbps", load_profile("h200-x2-nvlink"), None)
+    absolute = hostcopy.judge_copy("h2d", gpu0, floor, hostcopy.DERIVED_RATIO)
+    assert absolute.status == Status.ERROR and "above the physical peak 63.02" in absolute.reason
+
+
+def test_nan_or_negative_copy_rates_are_errors_even_without_a_known_link():
+    for value in (float("nan"), -3.0):
+        gpu = {"index": 0, "name": "x", "pcie": {}, "d2h_gbps": value}
+        assert hostcopy.judge_copy("d2h", gpu, None, hostcopy.DERIVED_RATIO).status == Status.ERROR
+
+
+def test_sysfs_peak_wins_when_nvml_reads_lower():
+    from verify.bench.peaks import Peak
+
+    gpu0 = dict(captured()["gpus"][0], h2d_gbps=60.0)
+    gpu0["pcie"] = dict(gpu0["pcie"], gen_max=4)  # NVML says Gen4 (31.5 GB/s), sysfs Gen5
+    verdict = hostcopy.judge_copy("h2d", gpu0, None, hostcopy.DERIVED_RATIO, Peak(63.015, "sysfs Gen5 x16"))
+    assert verdict.status == Status.PASS
 
 
 def test_real_h200_copies_pass_the_derived_pcie_ratio():

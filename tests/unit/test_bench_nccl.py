@@ -156,10 +156,10 @@ def test_no_engine_at_all_is_a_skip_with_the_reason(monkeypatch):
 
 def test_derived_floor_from_nvlink_when_no_profile():
     status = (NODE_FIXTURES / "nvidia-smi-nvlink-status.txt").read_text()
-    node = scripted_node(lambda argv: output(argv, stdout=status))
-    threshold = nccl.derive_threshold(node, 2)
+    per_gpu = min(sum(speeds) for speeds in parse_nvlink_status(status).values())
+    threshold = nccl.derive_threshold(per_gpu, 2)
     assert threshold.limit == pytest.approx(0.6 * 478.116, abs=0.1)
-    assert nccl.derive_threshold(node, 1) is None
+    assert nccl.derive_threshold(per_gpu, 1) is None and nccl.derive_threshold(None, 2) is None
 
 
 def test_busbw_factor_and_sweep_match_nccl_tests():
@@ -234,3 +234,40 @@ def test_node_with_fewer_gpus_than_its_profile_runs_and_fails_on_rank_count(tmp_
     results = nccl.run(None, load_profile("h200-sxm-8x"), node, {"engine": "nccl-tests", "binary": "/x/a", "tries": 1})
     assert node.runner.calls[0]["argv"][node.runner.calls[0]["argv"].index("-g") + 1] == "2"
     assert results[0].status == Status.FAIL and "expected 8 GPUs" in results[0].reason
+
+
+# The 1x H100 machine once printed PASS, busbw 49592.7 GB/s for a 1-rank all-reduce (a local copy).
+H100_ONE_RANK = nccl.Measurement(
+    "torch", [nccl.CurvePoint(4 << 30, 1 << 30, "float", "sum", 86.6, 49592.7, 49592.7, 0)], 1,
+    NcclTransport(), [], {},
+)
+
+
+def test_one_gpu_node_skips_the_all_reduce_with_needs_2_ranks(tmp_path):
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev" / "nvidia0").write_text("")
+    node = scripted_node(lambda argv: output(argv), root=str(tmp_path))
+    results = nccl.run(None, None, node, {"engine": "nccl-tests", "binary": "/x/a"})
+    assert results[0].status == Status.SKIP and results[0].reason == "needs 2 ranks, this node has 1 GPU"
+    forced = nccl.run(None, None, node, {"engine": "nccl-tests", "binary": "/x/a", "gpus": 1})
+    assert forced[0].status == Status.SKIP and node.runner.calls == []
+
+
+def test_the_impossible_one_rank_figure_is_never_a_pass():
+    for threshold in (None, Threshold(300.0)):
+        verdict = nccl.judge(H100_ONE_RANK, 1, threshold, nccl.NcclOptions(), False)
+        assert verdict.status == Status.ERROR and "needs 2 ranks" in verdict.reason
+
+
+def test_busbw_above_the_links_peak_is_an_error_with_the_peak_named():
+    from verify.bench.peaks import Peak, allreduce_peak
+
+    (measurement, _e, _r), _n = _measure(fixture(SYSTEM))
+    gen5 = Peak(63.015, "PCIe Gen5 x16")
+    peak = allreduce_peak(478.116, gen5, nvls=False)
+    assert nccl.judge(measurement, 2, Threshold(300.0), nccl.NcclOptions(), False, peak).status == Status.PASS
+    measurement.points[-1].busbw_gbps = 5000.0
+    for threshold in (Threshold(300.0), None):
+        verdict = nccl.judge(measurement, 2, threshold, nccl.NcclOptions(), False, peak)
+        assert verdict.status == Status.ERROR and "above the physical peak 541.1" in verdict.reason
+        assert "NVLink 478.1 GB/s per GPU" in verdict.reason

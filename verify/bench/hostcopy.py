@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Optional
 
+from verify.bench import peaks
 from verify.bench.common import (
     CANNOT_RUN,
     Threshold,
     Try,
+    broken_measurement,
     engine_argv,
     engine_env,
     judged,
@@ -23,15 +25,6 @@ from verify.bench.common import (
 from verify.profiles import bench_setting, resolve_threshold
 from verify.result import CheckResult, Status
 
-# GB/s per lane, one direction, after line coding: gen1/2 8b/10b, gen3-5 128b/130b, gen6 FLIT 242/256.
-PCIE_LANE_GBPS = {
-    1: 0.25,
-    2: 0.5,
-    3: 8 * 128 / 130 / 8,
-    4: 16 * 128 / 130 / 8,
-    5: 32 * 128 / 130 / 8,
-    6: 64 * 242 / 256 / 8,
-}
 # Default ratio of that rate: healthy pinned copies reach ~88% on Gen5 x16 (55.4 of 63.0 GB/s measured
 # here) and IBM/autopilot documents "measured should be >= 80% of peak"; below 70% something is wrong.
 DERIVED_RATIO = Threshold(
@@ -43,20 +36,29 @@ DERIVED_RATIO = Threshold(
 REMEDIATION = "check the GPU's PCIe link (nvidia-smi -q: Link Width/Generation), BIOS ASPM, IOMMU settings"
 
 
-def theoretical_gbps(gen: Optional[int], width: Optional[int]) -> Optional[float]:
-    if not gen or not width or gen not in PCIE_LANE_GBPS:
-        return None
-    return PCIE_LANE_GBPS[gen] * width
+def link_peak(pcie: dict, sysfs: Optional[peaks.Peak] = None) -> Optional[peaks.Peak]:
+    """The GPU's PCIe link peak per direction: the fastest of what NVML and sysfs report."""
+    readings = [(pcie.get("gen_max"), pcie.get("width_max"), "NVML max link")]
+    if sysfs is not None:
+        return max([p for p in (peaks.pcie_peak(readings), sysfs) if p], key=lambda p: p.gbps)
+    return peaks.pcie_peak(readings)
 
 
-def judge_copy(direction: str, gpu: dict, absolute: Optional[Threshold], ratio: Threshold) -> CheckResult:
-    """Pure: one GPU's measured copy rate -> result. An absolute floor wins over the PCIe ratio."""
+def judge_copy(
+    direction: str, gpu: dict, absolute: Optional[Threshold], ratio: Threshold, sysfs: Optional[peaks.Peak] = None
+) -> CheckResult:
+    """Pure: one GPU's measured copy rate -> result. An absolute floor wins over the PCIe ratio.
+
+    A rate above the PCIe link's physical peak is ERROR (the measurement is broken), never PASS.
+    """
     check_id = f"bench.{direction}.gpu{gpu['index']}"
     observed = gpu.get(f"{direction}_gbps")
     pcie = gpu.get("pcie") or {}
     gen, width = pcie.get("gen_max"), pcie.get("width_max")
-    peak = theoretical_gbps(gen, width)
-    details = {"gpu": gpu.get("name"), "pcie": pcie, "theoretical_gbps": peak}
+    link = link_peak(pcie, sysfs)
+    details = {"gpu": gpu.get("name"), "pcie": pcie, "theoretical_gbps": link.gbps if link else None}
+    if link is not None:
+        details["physical_peak"] = link.to_dict()
     if observed is None:
         return result(check_id, Status.ERROR, f"no {direction.upper()} measurement", details=details)
     degraded = ""
@@ -65,8 +67,13 @@ def judge_copy(direction: str, gpu: dict, absolute: Optional[Threshold], ratio: 
     if absolute is not None:
         details["threshold"] = absolute.to_dict()
         return judged(check_id, absolute, observed, f"{direction.upper()} {observed:.1f} GB/s",
-                      absolute.describe() + " GB/s", round(observed, 2), REMEDIATION, details, degraded)
-    if peak is None:
+                      absolute.describe() + " GB/s", round(observed, 2), REMEDIATION, details, degraded,
+                      peak=link.gbps if link else None, peak_source=link.source if link else "")
+    if link is None:
+        broken = broken_measurement(observed)
+        if broken:
+            return result(check_id, Status.ERROR, f"{direction.upper()}: {broken}", None, observed,
+                          "the benchmark's output is not a real measurement: re-run it", details)
         return result(
             check_id,
             Status.PASS,
@@ -76,12 +83,26 @@ def judge_copy(direction: str, gpu: dict, absolute: Optional[Threshold], ratio: 
             "",
             details,
         )
-    share = observed / peak
+    share = observed / link.gbps
     details["ratio"] = round(share, 4)
     details["threshold"] = ratio.to_dict()
-    reason = f"{direction.upper()} {observed:.1f} GB/s = {share:.0%} of PCIe Gen{gen} x{width} ({peak:.1f} GB/s)"
-    return judged(check_id, ratio, share, reason, f"{ratio.describe()} x {peak:.1f} GB/s", round(observed, 2),
-                  REMEDIATION, details, degraded)
+    where = f"PCIe Gen{gen} x{width}" if gen and width else "the PCIe link"
+    reason = f"{direction.upper()} {observed:.1f} GB/s = {share:.0%} of {where} ({link.gbps:.1f} GB/s)"
+    # The share is judged; its peak is the whole link (1.0).
+    return judged(check_id, ratio, share, reason, f"{ratio.describe()} x {link.gbps:.1f} GB/s", round(observed, 2),
+                  REMEDIATION, details, degraded, peak=1.0, peak_source=f"all of {link.source}")
+
+
+def sysfs_peak(node, gpu: dict) -> Optional[peaks.Peak]:
+    """The PCIe peak sysfs reports for this GPU's bus id (the engine gives it from NVML)."""
+    bus_id = (gpu.get("pcie") or {}).get("bus_id")
+    if not bus_id:
+        return None
+    from verify.bench.hardware import GpuLinks, read_pcie
+
+    links = GpuLinks(int(gpu.get("index", 0)), str(gpu.get("name", "")), bus_id)
+    read_pcie(node, links)
+    return links.pcie_peak()
 
 
 def run(spec: Optional[dict], profile: Optional[dict], node, overrides: Optional[dict] = None) -> list:
@@ -136,7 +157,8 @@ def run(spec: Optional[dict], profile: Optional[dict], node, overrides: Optional
                     details={"partial_output": raw},
                 )
             )
-        results = [judge_copy(d, gpu, floors[d], ratio) for gpu in payload["gpus"] for d in ("h2d", "d2h")]
+        results = [judge_copy(d, gpu, floors[d], ratio, sysfs_peak(node, gpu))
+                   for gpu in payload["gpus"] for d in ("h2d", "d2h")]
         tries_seen.append(results)
         worst = max(results, key=lambda r: (r.status == Status.FAIL, r.status == Status.ERROR, r.status == Status.WARN))
         summary = result("bench.hostcopy", worst.status, worst.reason, observed=len(results))

@@ -12,9 +12,11 @@ import os
 from dataclasses import dataclass, field
 from typing import Optional
 
+from verify.bench import peaks
 from verify.bench.common import (
     Threshold,
     Try,
+    broken_measurement,
     engine_argv,
     engine_env,
     human_bytes,
@@ -29,7 +31,7 @@ from verify.bench.common import (
     which,
     with_retries,
 )
-from verify.bench.nccl_parse import CurvePoint, NcclTransport, parse_nccl_debug, parse_nccl_tests, parse_nvlink_status
+from verify.bench.nccl_parse import CurvePoint, NcclTransport, parse_nccl_debug, parse_nccl_tests
 from verify.profiles import bench_setting, resolve_threshold
 from verify.result import CheckResult, Status
 
@@ -73,24 +75,27 @@ class Measurement:
 NVLINK_FAIL_SHARE, NVLINK_WARN_SHARE = 0.60, 0.68
 
 
-def derive_threshold(node, gpus: int):
-    """A floor for unknown hardware from the NVLink links NVML reports (None without NVLink)."""
-    if gpus < 2:
+def derive_threshold(nvlink_per_gpu: Optional[float], gpus: int) -> Optional[Threshold]:
+    """A floor for unknown hardware from the slowest GPU's NVLink bandwidth (None without NVLink)."""
+    if gpus < 2 or not nvlink_per_gpu:
         return None
-    out = node.run(["nvidia-smi", "nvlink", "--status"], timeout_s=30)
-    if not out.ok:
-        return None
-    links = parse_nvlink_status(out.stdout)
-    per_gpu = [sum(speeds) for speeds in links.values() if speeds]
-    if not per_gpu:
-        return None
-    slowest = min(per_gpu)
+    slowest = nvlink_per_gpu
     return Threshold(
         limit=round(NVLINK_FAIL_SHARE * slowest, 1),
         warn=round(NVLINK_WARN_SHARE * slowest, 1),
         source=f"derived: {NVLINK_FAIL_SHARE}/{NVLINK_WARN_SHARE} x {slowest:.1f} GB/s unidirectional NVLink per GPU "
         "(nvidia-smi nvlink --status)",
     )
+
+
+def link_peak(node, nvls: bool) -> Optional[peaks.Peak]:
+    """The busbw bound from the node's NVLink and PCIe links (live node only; None when unknown)."""
+    if not node.is_live:
+        return None
+    from verify.bench.hardware import detect
+
+    found = detect(node)
+    return peaks.allreduce_peak(found.nvlink_per_gpu(), found.pcie_peak(), nvls)
 
 
 def count_gpus(root: str) -> int:
@@ -260,8 +265,12 @@ def judge(
     threshold: Optional[Threshold],
     opts: NcclOptions,
     nvls_expected: Optional[bool],
+    peak: Optional[peaks.Peak] = None,
 ) -> CheckResult:
-    """Pure: a measurement plus expectations -> the check result."""
+    """Pure: a measurement plus expectations -> the check result.
+
+    `peak` is the links' physical bound: a busbw above it is ERROR (the measurement is broken).
+    """
     curve = [p.to_dict() for p in measurement.points]
     largest = max(measurement.points, key=lambda p: p.size_bytes)
     observed = largest.busbw_gbps
@@ -274,6 +283,8 @@ def judge(
     }
     if threshold is not None:
         details["threshold"] = threshold.to_dict()
+    if peak is not None:
+        details["physical_peak"] = peak.to_dict()
     expected = threshold.describe() + " GB/s busbw" if threshold else None
     label = f"busbw {observed:.1f} GB/s at {human_bytes(largest.size_bytes)}" if observed is not None else "no busbw"
     if measurement.problems:
@@ -311,7 +322,15 @@ def judge(
     nvls_note = ""
     if nvls_expected and measurement.transport.nvls is False:
         nvls_note = " (NVLS was off, the profile expects it on: the floor assumes NVLS)"
+    if measurement.ranks < 2:
+        return result(CHECK_ID, Status.ERROR, f"{label} from {measurement.ranks} rank: an all-reduce needs 2 ranks,"
+                      " a 1-rank figure is a local copy, not a measurement", expected, observed, REMEDIATION, details)
     if threshold is None:
+        broken = broken_measurement(observed, peak and peak.gbps, peak.source if peak else "")
+        if broken:
+            return result(CHECK_ID, Status.ERROR, f"{label}: {broken}", None, observed,
+                          "the benchmark's output is not a real measurement: re-run it and read its raw output",
+                          details)
         return result(
             CHECK_ID,
             Status.PASS,
@@ -321,7 +340,8 @@ def judge(
             "",
             details,
         )
-    return judged(CHECK_ID, threshold, observed, label, expected, observed, REMEDIATION, details, nvls_note)
+    return judged(CHECK_ID, threshold, observed, label, expected, observed, REMEDIATION, details, nvls_note,
+                  peak=peak.gbps if peak else None, peak_source=peak.source if peak else "")
 
 
 def run(spec: Optional[dict], profile: Optional[dict], node, overrides: Optional[dict] = None) -> list:
@@ -336,12 +356,18 @@ def run(spec: Optional[dict], profile: Optional[dict], node, overrides: Optional
     if opts.backend == "gloo":
         gpus = opts.gpus or 2
     if not gpus:
-        return [result(CHECK_ID, Status.SKIP, "no GPU on this node (no /dev/nvidiaN)")]
+        return [result(CHECK_ID, Status.SKIP, "needs 2 ranks: no GPU on this node (no /dev/nvidiaN)")]
+    if gpus < 2:
+        # One rank all-reduces with itself: a memcpy whose "busbw" once read 49592.7 GB/s on 1x H100.
+        return [result(CHECK_ID, Status.SKIP, f"needs 2 ranks, this node has {gpus} GPU")]
     expected_gpus = (profile or {}).get("gpu_count") or gpus
-    threshold = resolve_threshold("nccl_allreduce_busbw_gbps", profile, spec)
-    if threshold is None and opts.backend == "nccl" and root in ("/", ""):
-        threshold = derive_threshold(node, gpus)
     nvls_expected = (profile or {}).get("nvls_expected")
+    peak = link_peak(node, nvls=nvls_expected is not False) if opts.backend == "nccl" else None
+    threshold = resolve_threshold("nccl_allreduce_busbw_gbps", profile, spec)
+    if threshold is None and opts.backend == "nccl" and node.is_live:
+        from verify.bench.hardware import detect
+
+        threshold = derive_threshold(detect(node).nvlink_per_gpu(), gpus)
     progress(
         f"NCCL all-reduce: {engine} engine, {gpus} ranks, {human_bytes(opts.min_bytes)}..{human_bytes(opts.max_bytes)},"
         f" timeout {opts.timeout_s:.0f} s"
@@ -362,7 +388,7 @@ def run(spec: Optional[dict], profile: Optional[dict], node, overrides: Optional
                 ),
                 {"engine": engine},
             )
-        judged = judge(measurement, expected_gpus, threshold, opts, nvls_expected)
+        judged = judge(measurement, expected_gpus, threshold, opts, nvls_expected, peak)
         judged.details["run"] = raw
         return Try(
             judged, {"engine": engine, "curve_busbw": {str(p.size_bytes): p.busbw_gbps for p in measurement.points}}
