@@ -7,6 +7,8 @@ from pathlib import Path
 from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[2]
+# Modules import the collection's module_utils by their Ansible name: the link `make venv` makes.
+sys.path.insert(0, str(ROOT / ".cache" / "collections"))
 
 
 def load_plugin(kind: str, name: str) -> ModuleType:

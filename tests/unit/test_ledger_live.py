@@ -21,6 +21,8 @@ sys.path.insert(0, str(COLLECTIONS))
 from ansible_collections.tunefleet.gpu_node.plugins.module_utils import ledger_core as core  # noqa: E402
 from ansible_collections.tunefleet.gpu_node.plugins.module_utils import ledger_restore as undo  # noqa: E402
 
+from tests.helpers.loop_device import LoopUnavailable, attached_loop  # noqa: E402
+
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.root,
@@ -64,12 +66,11 @@ def loop_device(tmp_path):
         pytest.skip("losetup not installed")
     backing = tmp_path / "disk.img"
     backing.write_bytes(b"\0" * (8 * 1024 * 1024))
-    attach = subprocess.run(["losetup", "--find", "--show", str(backing)], capture_output=True, text=True)
-    if attach.returncode != 0:
-        pytest.skip(f"cannot attach a loop device here: {attach.stderr.strip()}")
-    device = attach.stdout.strip()
-    yield os.path.basename(device)
-    subprocess.run(["losetup", "--detach", device], check=False)
+    try:
+        with attached_loop(backing) as name:  # its queue settings are put back after the detach
+            yield name
+    except LoopUnavailable as exc:
+        pytest.skip(f"cannot attach a loop device here: {exc}")
 
 
 def test_real_block_device_scheduler_and_read_ahead_round_trip(tmp_path, loop_device):

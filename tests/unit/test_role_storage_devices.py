@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import jinja2
 import pytest
 import yaml
 
+from tests.helpers.loop_device import attached_loop
 from tests.helpers.plugins import load_plugin
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -137,11 +137,8 @@ def test_argument_spec_defaults_match_defaults_file():
 def test_real_loop_device_is_found_tuned_and_idempotent(tmp_path):
     backing = tmp_path / "disk.img"
     backing.write_bytes(b"\0" * (8 << 20))
-    loop = subprocess.run(
-        ["losetup", "-f", "--show", str(backing)], capture_output=True, text=True, check=True
-    ).stdout.strip()
-    name = os.path.basename(loop)
-    try:
+    # attached_loop puts the queue settings this test changes back after the detach.
+    with attached_loop(backing) as name:
         devices, _ = info.find_devices("/sys", [name])
         assert [device["name"] for device in devices] == [name]
         values = filters.storage_values(devices, "mq-deadline", 1024)
@@ -152,5 +149,3 @@ def test_real_loop_device_is_found_tuned_and_idempotent(tmp_path):
         assert Path(f"/sys/block/{name}/queue/read_ahead_kb").read_text().strip() == "1024"
         assert kv.plan(values) == ([], [])
         assert kv.plan({f"/sys/block/{name}/queue/scheduler": "cfq"})[1]  # not offered: refused
-    finally:
-        subprocess.run(["losetup", "-d", loop], check=False)

@@ -1,0 +1,57 @@
+# Copyright: tunefleet developers
+# Apache License 2.0 (see LICENSE)
+"""Which names under /sys/block are tunable whole devices: one home for the storage role's
+module (block_device_info) and for preflight, which refuses named devices that are not there.
+Standard library only: this runs on the node's own python3."""
+from __future__ import annotations
+
+import fnmatch
+import os
+
+
+def _read(path: str):
+    try:
+        with open(path, encoding="ascii", errors="replace") as handle:
+            return handle.read().strip()
+    except OSError:
+        return None
+
+
+def read_device(block_dir: str) -> dict:
+    scheduler_menu = _read(os.path.join(block_dir, "queue", "scheduler")) or ""
+    selected = [token[1:-1] for token in scheduler_menu.split() if token.startswith("[")]
+    read_ahead = _read(os.path.join(block_dir, "queue", "read_ahead_kb"))
+    return {
+        "name": os.path.basename(block_dir),
+        "scheduler": selected[0] if selected else (scheduler_menu or None),
+        "schedulers": [token.strip("[]") for token in scheduler_menu.split()],
+        "read_ahead_kb": int(read_ahead) if read_ahead and read_ahead.isdigit() else None,
+    }
+
+
+def skip_reason(block_dir: str):
+    if os.path.exists(os.path.join(block_dir, "partition")):
+        return "a partition: tuning applies to the whole device"
+    if _read(os.path.join(block_dir, "hidden")) == "1":
+        return "hidden (an NVMe multipath path node; its namespace device is tuned instead)"
+    if _read(os.path.join(block_dir, "size")) in ("0", None):
+        return "no medium (size 0)"
+    if not os.path.exists(os.path.join(block_dir, "queue", "scheduler")):
+        return "no request queue"
+    return None
+
+
+def find_devices(sysfs_root: str, patterns: list) -> tuple:
+    """(devices, left_out): the matching whole devices, and the matching names left out with why."""
+    block_root = os.path.join(sysfs_root, "block")
+    devices, skipped = [], []
+    for name in sorted(os.listdir(block_root)):
+        if not any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns):
+            continue
+        block_dir = os.path.join(block_root, name)
+        reason = skip_reason(block_dir)
+        if reason:
+            skipped.append({"name": name, "reason": reason})
+        else:
+            devices.append(read_device(block_dir))
+    return devices, skipped
