@@ -31,6 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma list of benchmarks to run (default: what the desired state asks)")
     v.add_argument("--no-bench", action="store_true", help="config checks only")
     v.add_argument("--limit", help="with -i: Ansible host pattern")
+    v.add_argument("--world-readable", action="store_true",
+                   help="reports readable by every user (default: owner only, they hold system detail)")
     v.add_argument("--quiet", action="store_true", help="no terminal table")
     v.add_argument("--probe-login", action="store_true",
                    help="also open a login session (su -l nobody) and record the ulimits it gets")
@@ -43,6 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="run one benchmark on this node")
     b.add_argument("name", help="benchmark name (see `tunefleet bench list`)")
     b.add_argument("args", nargs=argparse.REMAINDER, help="options for that benchmark")
+    r.add_argument("--world-readable", action="store_true",
+                   help="fleet reports readable by every user (default: owner only)")
 
     sub.add_parser("profiles", help="list the shipped hardware profiles")
 

@@ -192,18 +192,88 @@ def empty_ledger() -> dict:
     return dict({section: {} for section in SECTIONS}, schema=SCHEMA, created=utc_now())
 
 
+# A ledger holds at most a few hundred entries of files up to MAX_FILE_BYTES; nested 5 levels.
+MAX_LEDGER_BYTES = 256 * 1024 * 1024
+MAX_LEDGER_DEPTH = 16
+_FILE_FIELDS = {"file": ("content", "encoding", "mode", "uid", "gid"), "link": ("target",), "absent": ()}
+
+
+def _depth(data: object) -> int:
+    """Nesting depth without recursion (a corrupted ledger must not raise RecursionError)."""
+    deepest, stack = 0, [(data, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, (dict, list)):
+            deepest = max(deepest, level)
+            if level <= MAX_LEDGER_DEPTH:
+                stack.extend((child, level + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
+def ledger_problem(data: object) -> Optional[str]:
+    """What makes a parsed ledger unusable, or None. Restore needs every recorded value exactly."""
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        return f"schema is not {SCHEMA!r}"
+    if _depth(data) > MAX_LEDGER_DEPTH:
+        return f"nested deeper than {MAX_LEDGER_DEPTH} levels"
+    for section in SECTIONS:
+        entries = data.get(section, {})
+        if not isinstance(entries, dict):
+            return f"{section!r} is not a mapping"
+        for key, entry in entries.items():
+            where = f"{section}[{key!r}]"
+            if not isinstance(entry, dict):
+                return f"{where} is not a mapping"
+            if section == "paths" and (not isinstance(entry.get("exists", True), bool)
+                                       or (entry.get("exists", True) and not isinstance(entry.get("value"), str))):
+                return f"{where} has no recorded value to write back"
+            if section == "files":
+                state = entry.get("state")
+                if state not in _FILE_FIELDS:
+                    return f"{where} has state {state!r}, not file, link or absent"
+                missing = [f for f in _FILE_FIELDS[state] if f not in entry]
+                if missing:
+                    return f"{where} lacks {', '.join(missing)}"
+                if state == "file" and (not isinstance(entry["mode"], str) or not re.fullmatch(r"[0-7]{3,4}",
+                                                                                             entry["mode"])):
+                    return f"{where} has mode {entry['mode']!r}, not an octal mode"
+                if state == "absent" and not isinstance(entry.get("created_dirs", []), list):
+                    return f"{where} created_dirs is not a list"
+            if section == "kernel_modules" and not isinstance(entry.get("loaded"), bool):
+                return f"{where} does not say whether the module was loaded"
+    return None
+
+
 def load_ledger(root: str, ledger_path: str) -> dict:
+    """The ledger, or LedgerError naming it: a truncated or corrupted ledger is refused, never
+    overwritten (its first-seen values are the only way back) and never restored from."""
     where = on_node(root, ledger_path)
+    keep = "it was left as it is; move it aside only after checking what it holds"
     try:
-        with open(where, encoding="utf-8") as handle:
-            data = json.load(handle)
+        with open(where, "rb") as handle:
+            raw = handle.read(MAX_LEDGER_BYTES + 1)
     except FileNotFoundError:
         return empty_ledger()
-    except (OSError, ValueError) as exc:
-        raise LedgerError(f"ledger {ledger_path} is unreadable or not JSON ({exc}); "
-                          "move it aside only after checking what it holds") from exc
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-        raise LedgerError(f"ledger {ledger_path}: schema is not {SCHEMA!r}; refusing to change it")
+    except OSError as exc:
+        raise LedgerError(f"ledger {ledger_path} is unreadable ({exc.strerror}); {keep}") from exc
+    if len(raw) > MAX_LEDGER_BYTES:
+        raise LedgerError(f"ledger {ledger_path} is larger than {MAX_LEDGER_BYTES} bytes; {keep}")
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise LedgerError(f"ledger {ledger_path} is corrupted: not UTF-8 at line {line}; "
+                          f"nothing was changed (restore cannot trust it); {keep}") from None
+    except json.JSONDecodeError as exc:
+        raise LedgerError(f"ledger {ledger_path} is corrupted or truncated (not JSON: {exc.msg} at line {exc.lineno}); "
+                          f"nothing was changed (restore cannot trust it); {keep}") from None
+    except (ValueError, RecursionError) as exc:
+        raise LedgerError(f"ledger {ledger_path} is corrupted: {str(exc)[:100]}; "
+                          f"nothing was changed (restore cannot trust it); {keep}") from None
+    problem = ledger_problem(data)
+    if problem:
+        raise LedgerError(f"ledger {ledger_path} is corrupted: {problem}; "
+                          f"nothing was changed (restore cannot know what to put back); {keep}")
     for section in SECTIONS:
         data.setdefault(section, {})
     return data

@@ -62,8 +62,10 @@ class GovernorError(ValueError):
 
 def _read(path: str) -> Optional[str]:
     try:
-        with open(path, encoding="ascii") as handle:
-            return handle.read().strip()
+        # errors="replace": odd bytes in sysfs read as U+FFFD, so a governor no CPU offers is refused
+        # by name in plan() instead of a UnicodeDecodeError traceback.
+        with open(path, encoding="ascii", errors="replace") as handle:
+            return handle.read(4096).strip()
     except OSError:
         return None
 

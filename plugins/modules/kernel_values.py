@@ -63,8 +63,18 @@ class KernelValueError(Exception):
     """A value that cannot be applied; the message names the path and the reason."""
 
 
+MAX_CPUS = 65536  # beyond any kernel's NR_CPUS: a set is built per CPU, so the list is bounded
+
+
+def _cpu_number(word: str, text: str) -> int:
+    word = word.strip()
+    if not (word.isascii() and word.isdigit() and len(word) <= 6) or int(word) >= MAX_CPUS:
+        raise ValueError(f"cpulist {text[:60]!r}: {word[:20]!r} is not a CPU number below {MAX_CPUS}")
+    return int(word)
+
+
 def parse_cpulist(text: str) -> frozenset:
-    """'0-3,8,10-11' -> {0,1,2,3,8,10,11} (the kernel's cpulist format)."""
+    """'0-3,8,10-11' -> {0,1,2,3,8,10,11} (the kernel's cpulist format); ValueError on anything else."""
     cpus = set()
     for part in text.strip().split(","):
         part = part.strip()
@@ -72,12 +82,12 @@ def parse_cpulist(text: str) -> frozenset:
             continue
         if "-" in part:
             first, last = part.split("-", 1)
-            start, end = int(first), int(last)
+            start, end = _cpu_number(first, text), _cpu_number(last, text)
             if end < start:
                 raise ValueError(f"descending CPU range {part!r}")
             cpus.update(range(start, end + 1))
         else:
-            cpus.add(int(part))
+            cpus.add(_cpu_number(part, text))
     return frozenset(cpus)
 
 

@@ -75,9 +75,11 @@ def read_mode(sysfs_root: str, name: str) -> Optional[ThpMode]:
     path = os.path.join(sysfs_root, THP_DIR, name)
     try:
         with open(path, encoding="ascii") as handle:
-            text = handle.read()
+            text = handle.read(4096)
     except OSError:
         return None
+    except UnicodeDecodeError as exc:
+        raise ThpError(f"{path}: not ASCII text (byte {exc.start}): not a THP mode list") from None
     selected, offered = parse_modes(text)
     if selected is None:
         raise ThpError(f"{path}: no bracketed mode in {text.strip()!r}")

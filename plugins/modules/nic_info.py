@@ -110,7 +110,7 @@ def read_nic(sysfs_root: str, name: str) -> dict:
         "name": name,
         "driver": os.path.basename(os.path.realpath(driver_link)) if os.path.exists(driver_link) else None,
         "pci_address": os.path.basename(pci) if pci else None,
-        "numa_node": int(numa) if numa not in (None, "") else -1,
+        "numa_node": int(numa) if numa and re.fullmatch(r"-?[0-9]{1,6}", numa) else -1,
         "local_cpulist": _read(os.path.join(pci, "local_cpulist")) if pci else None,
         "irqs": irqs,
         "mtu": int(mtu) if mtu and mtu.isdigit() else None,

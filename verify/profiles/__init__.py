@@ -86,15 +86,18 @@ def validate_profile(data: Any, origin: str) -> dict:
 
 
 def _limit(value: Any, key: str, name: str, origin: str) -> float:
-    """A limit is a finite number above zero: NaN, infinity, zero or below would judge garbage as PASS."""
+    """A limit is a finite number above zero: NaN, infinity, zero or below would judge garbage as PASS.
+    A ceiling may be zero ("no errors at all"): nothing passes under it by accident."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ProfileError(f"{origin}: threshold {key!r} {name!r} must be a number, got {value!r:.60}")
     try:
         number = float(value)
     except OverflowError:
         number = math.inf
-    if not math.isfinite(number) or number <= 0:
-        raise ProfileError(f"{origin}: threshold {key!r} {name!r} must be a finite number above zero, "
+    floor = key not in CEILING_KEYS
+    if not math.isfinite(number) or number < 0 or (floor and number == 0):
+        raise ProfileError(f"{origin}: threshold {key!r} {name!r} must be a finite number "
+                           f"{'above zero' if floor else 'at or above zero'}, "
                            f"got {value!r:.60}")
     return number
 
