@@ -30,6 +30,13 @@ REGISTRY = {
     "limits": ("limits", "verify.checks.limits:run"),
     "cpu.governor": ("cpu", "verify.checks.cpu:run"),
     "conflicts": ("conflicts", "verify.checks.conflicts:run"),
+    "health.gpu.presence": ("health", "verify.checks.health_gpu:run_presence"),
+    "health.gpu.xid": ("health", "verify.checks.health_xid:run"),
+    "health.gpu.memory": ("health", "verify.checks.health_gpu:run_memory"),
+    "health.gpu.clocks": ("health", "verify.checks.health_gpu:run_clocks"),
+    "health.pcie": ("health", "verify.checks.health_pcie:run"),
+    "health.nvlink": ("health", "verify.checks.health_nvlink:run"),
+    "health.ib": ("health", "verify.checks.health_ib:run"),
 }
 
 

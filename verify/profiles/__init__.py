@@ -29,8 +29,16 @@ KEYS = {
     "storage_odirect_gbps": "GB/s O_DIRECT 1 MiB reads",
     "storage_cufile_gbps": "GB/s cuFile reads into GPU memory",
     "gds_vs_cpu_ratio": "gdsio GPU-direct throughput / CPU path throughput",
+    # hardware health (verify/checks/health_*.py)
+    "gpu_count": "GPUs the driver must list (default: the profile's gpu_count)",
+    "gpu_temp_margin_c": "degrees C of headroom below the GPU's slowdown limit (T.Limit)",
+    "nvlink_links_per_gpu": "active NVLink links per GPU",
+    "nvlink_link_gbps": "GB/s per NVLink link as nvidia-smi nvlink -s reports it",
+    "nvlink_error_count": "CRC/replay/recovery errors per link counter (a ceiling)",
+    "ib_port_rate_gbps": "Gb/s rate of each InfiniBand/RoCE port",
+    "ib_port_error_count": "per-port error counter (symbol, link downed, receive errors...; a ceiling)",
 }
-CEILING_KEYS = {"rdma_lat_us"}
+CEILING_KEYS = {"rdma_lat_us", "nvlink_error_count", "ib_port_error_count"}
 REQUIRED = ("name", "description", "gpu_count", "nvls_expected", "thresholds", "sources")
 
 

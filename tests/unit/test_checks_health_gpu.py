@@ -1,0 +1,229 @@
+"""GPU health checks (presence, memory errors, clocks, Xid) on the real Node: captured nvidia-smi
+output replayed through an injected runner, fake /proc and /sys trees (tests/fixtures/node/health)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.fake_node import FakeTree, desired_state
+from tests.helpers.replay import ReplayRunner
+from verify.checks import health_gpu, health_smi, health_xid, run_checks
+from verify.result import Status
+from verify.runner import CommandOutput
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "node"
+HEALTH = FIXTURES / "health"
+IDLE = (HEALTH / "h200_query-gpu_idle_590.48.01.csv").read_text()
+LOAD = (HEALTH / "h200_query-gpu_load_590.48.01.csv").read_text()
+BANNER = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  590.48.01  Release Build\n"
+H200_BUS = "0000:83:00.0"  # the capture's GPU
+
+
+def with_field(capture: str, name: str, value: str) -> str:
+    """The real capture with ONE column (by header name) changed: a faulty reading, the rest real."""
+    header, row = capture.splitlines()[:2]
+    names = [health_smi._header_name(column) for column in header.split(", ")]
+    cells = row.split(", ")
+    cells[names.index(name)] = value
+    return f"{header}\n{', '.join(cells)}\n"
+
+
+def smi(stdout: str, extra: dict = None) -> ReplayRunner:
+    """Replays the health query's output; `extra` maps argv tuples or argv[0] to more outputs."""
+    answers = {tuple(health_smi.argv()): CommandOutput(health_smi.argv(), 0, stdout, "", 0.1)}
+    answers.update(extra or {})
+    return ReplayRunner(answers)
+
+
+def gpu_tree(tmp_path, bus=(H200_BUS,), driver=True) -> FakeTree:
+    tree = FakeTree(tmp_path)
+    if driver:
+        tree.write("/proc/driver/nvidia/version", BANNER)
+    for address in bus:
+        tree.write(f"/sys/bus/pci/devices/{address}/vendor", "0x10de\n")
+        tree.write(f"/sys/bus/pci/devices/{address}/class", "0x030200\n")
+    tree.write("/sys/bus/pci/devices/0000:00:00.0/vendor", "0x8086\n")  # a host bridge: not a GPU
+    tree.write("/sys/bus/pci/devices/0000:00:00.0/class", "0x060000\n")
+    return tree
+
+
+def profile_spec(name="h200-x2-nvlink", **thresholds) -> dict:
+    spec = desired_state()
+    spec["verify"] = {"profile": name, "benchmarks": [], "thresholds": thresholds}
+    return spec
+
+
+# ---- parsing -----------------------------------------------------------------------------------------
+
+def test_real_captures_parse_with_the_new_clock_event_names():
+    idle, load = health_smi.parse(IDLE)[0], health_smi.parse(LOAD)[0]
+    assert (idle.bus_id, idle.number("temperature.gpu.tlimit"), load.number("temperature.gpu.tlimit")) == \
+        ("00000000:83:00.0", 59, 35)
+    assert idle.active("clocks_throttle_reasons.hw_slowdown") is False  # asked as throttle, printed as event
+    assert idle.text("retired_pages.pending") is None  # [N/A] on HBM3 (row remapping replaced it)
+    assert load.number("power.draw") == 627.40
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda t: "", "printed nothing"),
+    (lambda t: t.replace("pci.bus_id", "pci.bus"), "lacks pci.bus_id"),
+    (lambda t: t.rstrip("\n") + ", extra\n", "fields, the header"),
+    (lambda t: with_field(t, "remapped_rows.pending", "Maybe"), "neither"),
+])
+def test_damaged_output_is_a_parse_error_naming_the_field(damage, message):
+    with pytest.raises(health_smi.HealthParseError, match=message):
+        gpu = health_smi.parse(damage(IDLE))[0]
+        gpu.active("remapped_rows.pending")
+
+
+def test_an_old_driver_rejecting_a_field_is_asked_again_without_it(tmp_path):
+    rejected = CommandOutput([], 2, 'Field "temperature.gpu.tlimit" is not a valid field to query.\n', "", 0.1)
+    fewer = [f for f in health_smi.FIELDS if f != "temperature.gpu.tlimit"]
+    runner = smi("", {tuple(health_smi.argv()): rejected,
+                         tuple(health_smi.argv(fewer)): CommandOutput([], 0, IDLE, "", 0.1)})
+    node = gpu_tree(tmp_path).node(runner=runner, live=True)
+    gpus, reason = health_smi.query(node)
+    assert reason == "" and len(gpus) == 1 and len(runner.calls) == 2
+    health_smi.query(node)
+    assert len(runner.calls) == 2  # memoised for the run
+
+
+# ---- presence ----------------------------------------------------------------------------------------
+
+def test_presence_passes_when_the_driver_lists_every_gpu_on_the_bus(tmp_path):
+    node = gpu_tree(tmp_path).node(runner=smi(IDLE), live=True)
+    result = health_gpu.run_presence(desired_state(), node)[0]
+    assert result.status is Status.PASS and result.observed == 1
+
+
+def test_a_gpu_on_the_bus_that_the_driver_lost_fails_naming_its_slot(tmp_path):
+    node = gpu_tree(tmp_path, bus=(H200_BUS, "0000:86:00.0")).node(runner=smi(IDLE), live=True)
+    result = health_gpu.run_presence(desired_state(), node)[0]
+    assert result.status is Status.FAIL and "0000:86:00.0" in result.reason and "reboot" in result.remediation
+
+
+def test_fewer_gpus_than_the_profile_expects_fail(tmp_path):
+    node = gpu_tree(tmp_path).node(runner=smi(IDLE), live=True)
+    result = health_gpu.run_presence(profile_spec(), node)[0]  # h200-x2-nvlink: gpu_count 2
+    assert result.status is Status.FAIL and (result.expected, result.observed) == (2, 1)
+    inventory = health_gpu.run_presence(profile_spec("h200-x2-nvlink", gpu_count=1), gpu_tree(tmp_path).node(
+        runner=smi(IDLE), live=True))[0]
+    assert inventory.status is Status.PASS  # verify_thresholds (the inventory) wins over the profile
+
+
+def test_driver_that_answers_nothing_with_gpus_on_the_bus_fails(tmp_path):
+    failed = CommandOutput([], 9, "", "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA "
+                                       "driver.\n", 0.1)
+    node = gpu_tree(tmp_path).node(runner=smi("", {tuple(health_smi.argv()): failed}), live=True)
+    result = health_gpu.run_presence(desired_state(), node)[0]
+    assert result.status is Status.FAIL and "couldn't communicate" in result.reason
+
+
+def test_a_root_tree_counts_the_bus_against_the_profile(tmp_path):
+    result = health_gpu.run_presence(profile_spec(), gpu_tree(tmp_path, bus=(H200_BUS, "0000:86:00.0")).node())[0]
+    assert result.status is Status.WARN and result.observed == 2 and "--root" in result.reason
+
+
+# ---- memory errors -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("capture", [IDLE, LOAD])
+def test_real_captures_have_healthy_memory(capture):
+    result = health_gpu.judge_memory(health_smi.parse(capture)[0])
+    assert result.status is Status.PASS and result.check_id == "health.gpu.memory.0"
+
+
+@pytest.mark.parametrize("name, value, status, words", [
+    ("ecc.errors.uncorrected.volatile.total", "2", Status.FAIL, "nvidia-smi -r -i 0"),
+    ("remapped_rows.pending", "Yes", Status.FAIL, "nvidia-smi -r -i 0"),
+    ("remapped_rows.failure", "Yes", Status.FAIL, "RMA"),
+    ("ecc.errors.uncorrected.aggregate.total", "4", Status.WARN, "RMA"),
+    ("ecc.mode.current", "Disabled", Status.WARN, "nvidia-smi -e 1"),
+])
+def test_each_memory_fault_gets_its_verdict_and_remedy(name, value, status, words):
+    result = health_gpu.judge_memory(health_smi.parse(with_field(IDLE, name, value))[0])
+    assert result.status is status and words in result.remediation
+    assert "GPU 0 (00000000:83:00.0)" in result.reason
+
+
+# ---- clocks, temperature, power -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("capture, headroom", [(IDLE, 59), (LOAD, 35)])
+def test_real_captures_have_no_slowdown(capture, headroom):
+    result = health_gpu.judge_clocks(health_smi.parse(capture)[0], health_gpu.DERIVED_TEMP_MARGIN)
+    assert result.status is Status.PASS and result.details["readings"]["tlimit_headroom_c"] == headroom
+
+
+@pytest.mark.parametrize("name, value, status, words", [
+    ("clocks_throttle_reasons.hw_slowdown", "Active", Status.FAIL, "cooling"),
+    ("clocks_throttle_reasons.hw_power_brake_slowdown", "Active", Status.FAIL, "power brake"),
+    ("clocks_throttle_reasons.hw_thermal_slowdown", "Active", Status.FAIL, "cooling"),
+    ("clocks_throttle_reasons.sw_power_cap", "Active", Status.WARN, "power limit"),
+    ("temperature.gpu.tlimit", "3", Status.FAIL, "cooling"),
+    ("temperature.gpu.tlimit", "8", Status.WARN, "cooling"),
+    ("power.draw", "712.40 W", Status.WARN, "power feed"),
+])
+def test_slowdowns_and_limits(name, value, status, words):
+    result = health_gpu.judge_clocks(health_smi.parse(with_field(IDLE, name, value))[0], health_gpu.DERIVED_TEMP_MARGIN)
+    assert result.status is status and words in result.remediation and "GPU 0 (00000000:83:00.0)" in result.reason
+
+
+def test_profile_temperature_margin_overrides_the_derived_one(tmp_path):
+    node = gpu_tree(tmp_path).node(runner=smi(LOAD), live=True)
+    spec = profile_spec("h200-x2-nvlink", gpu_temp_margin_c={"min": 40, "source": "test"})
+    assert health_gpu.run_clocks(spec, node)[0].status is Status.FAIL  # 35 C of headroom < 40
+
+
+# ---- Xid ----------------------------------------------------------------------------------------------
+
+def kernel_log(text: str) -> ReplayRunner:
+    return smi(IDLE, {"dmesg": CommandOutput(["dmesg", "--kernel"], 0, text, "", 0.01)})
+
+
+def test_fatal_xids_fail_per_gpu_and_others_warn():
+    found = health_xid.parse_xids((HEALTH / "kernel_log_xid79_48_documented.txt").read_text())
+    assert set(found) == {"0000:3b:00.0", "0000:86:00.0", "0000:af:00.0"}
+    assert found["0000:86:00.0"][79][0] == 2
+    fallen = health_xid.judge_xids("0000:86:00.0", found["0000:86:00.0"], 1, "dmesg --kernel")
+    assert fallen.status is Status.FAIL and "Xid 79 x2 (GPU has fallen off the bus)" in fallen.reason
+    assert "GPU 1 (0000:86:00.0)" in fallen.reason and "reboot" in fallen.remediation
+    dbe = health_xid.judge_xids("0000:3b:00.0", found["0000:3b:00.0"], 0, "dmesg --kernel")
+    assert dbe.status is Status.FAIL and "nvidia-smi -r -i 0" in dbe.remediation
+    app = health_xid.judge_xids("0000:af:00.0", found["0000:af:00.0"], None, "dmesg --kernel")
+    assert app.status is Status.WARN and "GPU at 0000:af:00.0" in app.reason
+
+
+def test_xid_154_carries_the_drivers_own_verdict(tmp_path):
+    log = (HEALTH / "kernel_log_xid62_154_forum_595.71.05.txt").read_text()
+    node = gpu_tree(tmp_path, bus=("0000:01:00.0",)).node(runner=kernel_log(log), live=True)
+    result = health_xid.run(desired_state(), node)[0]
+    assert result.status is Status.FAIL and result.check_id == "health.gpu.xid.0000:01:00.0"
+    assert "(GPU Reset Required)" in result.reason and "Xid 62 x1" in result.reason
+    cleared = log.replace("to 0x1 (GPU Reset Required)", "to 0x0 (None)").replace("62,", "13,")
+    assert health_xid.judge_xids("0000:01:00.0", health_xid.parse_xids(cleared)["0000:01:00.0"], 0,
+                                 "dmesg").status is Status.WARN
+
+
+def test_a_log_without_xids_passes_and_journalctl_is_the_fallback(tmp_path):
+    quiet = "NVRM: GPU0 _kgspRpcGspEventPmuHalted: Received signal from GSP that PMU has halted.\n"
+    refused = CommandOutput(["dmesg"], 1, "", "dmesg: read kernel buffer failed: Operation not permitted\n", 0.01)
+    runner = smi(IDLE, {"dmesg": refused, "journalctl": CommandOutput(["journalctl"], 0, quiet, "", 0.01)})
+    result = health_xid.run(desired_state(), gpu_tree(tmp_path).node(runner=runner, live=True))[0]
+    assert result.status is Status.PASS and result.details["source"].startswith("journalctl -k -b")
+
+
+def test_unreadable_kernel_log_is_a_skip_with_both_reasons(tmp_path):
+    refused = CommandOutput(["dmesg"], 1, "", "dmesg: read kernel buffer failed: Operation not permitted\n", 0.01)
+    node = gpu_tree(tmp_path).node(runner=smi(IDLE, {"dmesg": refused}), live=True)
+    result = health_xid.run(desired_state(), node)[0]
+    assert result.status is Status.SKIP and "Operation not permitted" in result.reason
+
+
+# ---- the machine without GPUs ---------------------------------------------------------------------------
+
+def test_every_health_check_skips_with_a_reason_on_a_node_without_gpus_or_hcas(tmp_path):
+    runner = ReplayRunner()
+    names = [name for name in __import__("verify.checks", fromlist=["REGISTRY"]).REGISTRY if name.startswith("health")]
+    results = run_checks(desired_state(), FakeTree(tmp_path).node(runner=runner, live=True), names=names)
+    assert [r.status for r in results] == [Status.SKIP] * len(names) and all(r.reason for r in results)
+    assert runner.calls == []  # nothing run where there is nothing to read

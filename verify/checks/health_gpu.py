@@ -1,0 +1,171 @@
+"""GPU health from one nvidia-smi query: presence against the expected count, memory errors, clocks.
+
+Judges are pure functions of the parsed readings (health_smi.GpuHealth); `run_*` only gather.
+"""
+from __future__ import annotations
+
+from verify.bench.common import Threshold
+from verify.checks import health_smi
+from verify.checks.common import result, skip
+from verify.checks.health_common import (
+    CHECK_COOLING,
+    DRAIN_RMA,
+    REBOOT,
+    RESEAT,
+    RESET_GPU,
+    ROLE,
+    driver_reason,
+    nvidia_gpus_on_bus,
+    profile,
+    short_bdf,
+    threshold,
+)
+from verify.node import Node
+from verify.result import Status
+
+# Idle H200s read 52-59 C of T.Limit headroom and 35 C under full load (the 2x H200 capture and the
+# public H200 capture in tests/fixtures/node/health/README.md); slowdown starts near -2 C.
+DERIVED_TEMP_MARGIN = Threshold(limit=5, warn=10, kind="min", source=(
+    "derived: HW slowdown starts at 'GPU Slowdown T.Limit Temp' (-2 C on H200, nvidia-smi -q); "
+    "under 5 C of headroom the GPU is about to slow down, under 10 C it runs hot"))
+_WORST = {Status.FAIL: 3, Status.WARN: 2, Status.PASS: 1}
+
+
+def _worst(findings: list) -> Status:
+    return max((status for status, _, _ in findings), key=_WORST.get, default=Status.PASS)
+
+
+def _verdict(check_id: str, gpu, findings: list, passed: str, details: dict):
+    """One result per GPU: the worst finding sets the status, every finding is in the reason."""
+    status = _worst(findings)
+    if status is Status.PASS:
+        return result(check_id, ROLE, Status.PASS, "healthy", passed, details=details)
+    bad = [f for f in findings if f[0] is status]
+    reason = f"{gpu.label}: " + "; ".join(text for _, text, _ in findings)
+    return result(check_id, ROLE, status, "healthy", "; ".join(text for _, text, _ in bad), reason,
+                  details=details, fix=bad[0][2].format(index=gpu.index, what=gpu.label))
+
+
+# ---- presence --------------------------------------------------------------------------------------
+
+def judge_presence(on_bus: list, listed, expected, reason: str):
+    """on_bus: sysfs addresses of NVIDIA GPUs; listed: the driver's bus ids (None: not readable)."""
+    check_id = "health.gpu.presence"
+    details = {"on_pci_bus": on_bus, "driver_lists": listed, "expected_source": getattr(expected, "source", None)}
+    want = int(expected.limit) if expected else None
+    if listed is None:
+        if not on_bus and want is None:
+            return skip(check_id, ROLE, f"no NVIDIA GPU on the PCI bus and no expected count ({reason})")
+        count, seen = len(on_bus), "on the PCI bus"
+    else:
+        count, seen = len(listed), "listed by the driver"
+        lost = sorted(set(on_bus) - set(listed))
+        if lost:
+            return result(check_id, ROLE, Status.FAIL, want or len(on_bus), count,
+                          f"GPU(s) at {', '.join(lost)} on the PCI bus but not listed by the driver "
+                          "(fell off the bus or failed to initialise; see the Xid check)",
+                          details=details, fix=REBOOT + "; " + RESEAT.format(what=", ".join(lost)))
+    if want is not None and count < want:
+        return result(check_id, ROLE, Status.FAIL, want, count, f"{count} of {want} expected GPUs {seen}",
+                      details=details, fix=RESEAT.format(what="the missing GPU(s)"))
+    if listed is None and on_bus:
+        return result(check_id, ROLE, Status.WARN, want or len(on_bus), count,
+                      f"{count} GPU(s) {seen}, their driver state unreadable: {reason}", details=details,
+                      fix="load the NVIDIA driver (or run verify on the live node) to judge the GPUs")
+    if want is not None and count > want:
+        return result(check_id, ROLE, Status.WARN, want, count, f"{count} GPUs {seen}, the profile expects {want}",
+                      details=details, fix="check the node's hardware profile (verify_profile / gpu_count)")
+    return result(check_id, ROLE, Status.PASS, want or count, count, f"{count} GPU(s) {seen}", details=details)
+
+
+def run_presence(spec: dict, node: Node) -> list:
+    on_bus = [short_bdf(address) for address in nvidia_gpus_on_bus(node)]
+    chosen = profile(spec, node)
+    derived = Threshold(limit=chosen["gpu_count"], source=f"profile {chosen['name']} gpu_count") if chosen else None
+    expected = threshold("gpu_count", spec, node, derived)
+    reason = driver_reason(node)
+    listed = None
+    if not reason:
+        gpus, reason = health_smi.query(node)
+        listed = None if reason else [short_bdf(gpu.bus_id) for gpu in gpus]
+    if reason and on_bus and node.exists("/proc/driver/nvidia/version") and node.is_live:
+        return [result("health.gpu.presence", ROLE, Status.FAIL, len(on_bus), 0,
+                       f"{len(on_bus)} GPU(s) on the PCI bus but the driver answers nothing: {reason}",
+                       details={"on_pci_bus": on_bus}, fix=REBOOT)]
+    return [judge_presence(on_bus, listed, expected, reason)]
+
+
+# ---- memory errors ---------------------------------------------------------------------------------
+
+def judge_memory(gpu):
+    findings = []
+    volatile = gpu.number("ecc.errors.uncorrected.volatile.total")
+    aggregate = gpu.number("ecc.errors.uncorrected.aggregate.total")
+    if volatile:
+        findings.append((Status.FAIL, f"{volatile:.0f} uncorrectable ECC error(s) since the driver loaded", RESET_GPU))
+    if gpu.active("remapped_rows.failure"):
+        findings.append((Status.FAIL, "row remapping failed (no spare rows left)", DRAIN_RMA))
+    if gpu.active("remapped_rows.pending"):
+        findings.append((Status.FAIL, "row remapping pending (applied at the next GPU reset)", RESET_GPU))
+    if gpu.active("retired_pages.pending"):
+        findings.append((Status.FAIL, "page retirement pending (applied at the next driver load)", REBOOT))
+    if aggregate and not volatile:
+        findings.append((Status.WARN, f"{aggregate:.0f} uncorrectable ECC error(s) in the GPU's lifetime", DRAIN_RMA))
+    if gpu.active("ecc.mode.current") is False:
+        findings.append((Status.WARN, "ECC is disabled: memory errors go undetected",
+                         "enable ECC (nvidia-smi -e 1 -i {index}) and reboot"))
+    readings = {name: gpu.text(name) for name in health_smi.MEMORY_FIELDS}
+    if all(value is None for value in readings.values()):
+        return skip(f"health.gpu.memory.{gpu.index}", ROLE, f"{gpu.label} reports no ECC or remapping state")
+    return _verdict(f"health.gpu.memory.{gpu.index}", gpu, findings,
+                    "no uncorrectable error, nothing pending", {"bus_id": gpu.bus_id, "readings": readings})
+
+
+# ---- clocks, temperature, power --------------------------------------------------------------------
+
+SLOWDOWNS = (
+    ("clocks_throttle_reasons.hw_thermal_slowdown", "HW thermal slowdown", CHECK_COOLING),
+    ("clocks_throttle_reasons.hw_power_brake_slowdown", "HW power brake slowdown", CHECK_COOLING),
+    ("clocks_throttle_reasons.hw_slowdown", "HW slowdown", CHECK_COOLING),
+    ("clocks_throttle_reasons.sw_thermal_slowdown", "SW thermal slowdown", CHECK_COOLING),
+)
+
+
+def judge_clocks(gpu, margin: Threshold):
+    findings = []
+    for name, label, fix in SLOWDOWNS:
+        if gpu.active(name):
+            findings.append((Status.FAIL, f"{label} active", fix))
+    if gpu.active("clocks_throttle_reasons.sw_power_cap"):
+        findings.append((Status.WARN, "SW power cap active", "check the power limit (nvidia-smi -q -d POWER)"))
+    headroom = gpu.number("temperature.gpu.tlimit")
+    if headroom is not None:
+        status, why = margin.judge(headroom)
+        if status is not Status.PASS:
+            findings.append((status, f"{headroom:.0f} C below the slowdown limit (T.Limit): {why}", CHECK_COOLING))
+    draw, limit = gpu.number("power.draw"), gpu.number("enforced.power.limit")
+    if draw is not None and limit and draw > limit:
+        findings.append((Status.WARN, f"power draw {draw:.0f} W above the enforced limit {limit:.0f} W", CHECK_COOLING))
+    readings = {"temperature_c": gpu.number("temperature.gpu"), "tlimit_headroom_c": headroom,
+                "memory_temperature_c": gpu.number("temperature.memory"), "power_w": draw, "power_limit_w": limit,
+                "clock_event_reasons": gpu.text("clocks_throttle_reasons.active")}
+    passed = "no slowdown" + (f", {headroom:.0f} C of T.Limit headroom" if headroom is not None else "")
+    return _verdict(f"health.gpu.clocks.{gpu.index}", gpu, findings, passed,
+                    {"bus_id": gpu.bus_id, "readings": readings, "threshold": margin.to_dict()})
+
+
+def _each_gpu(check: str, node: Node, judge) -> list:
+    reason = driver_reason(node)
+    gpus, reason = ([], reason) if reason else health_smi.query(node)
+    if reason or not gpus:
+        return [skip(f"health.gpu.{check}", ROLE, reason or "nvidia-smi lists no GPU")]
+    return [judge(gpu) for gpu in gpus]
+
+
+def run_memory(spec: dict, node: Node) -> list:
+    return _each_gpu("memory", node, judge_memory)
+
+
+def run_clocks(spec: dict, node: Node) -> list:
+    margin = threshold("gpu_temp_margin_c", spec, node, DERIVED_TEMP_MARGIN)
+    return _each_gpu("clocks", node, lambda gpu: judge_clocks(gpu, margin))

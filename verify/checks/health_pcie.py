@@ -1,0 +1,111 @@
+"""PCIe link of every NVIDIA GPU and every RDMA HCA: trained generation and width against the most
+the device and its upstream port both support, from sysfs.
+
+A GPU at idle may train its link down to save power (Gen1 at idle is normal on many boards), so a
+GPU's generation below the maximum is a WARN that the host-copy benchmark settles under load;
+a narrower width never idles down, so it is a FAIL. HCAs do not idle their links: both are FAILs.
+`link_state` is the one reader, for a benchmark to call again while it copies.
+"""
+from __future__ import annotations
+
+import os
+import re
+from typing import Optional
+
+from verify.checks.common import result, skip
+from verify.checks.health_common import RESEAT, ROLE, gpu_indices, nvidia_gpus_on_bus, short_bdf
+from verify.node import Node
+from verify.result import Status
+
+GEN_BY_GTS = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
+_SPEED = re.compile(r"^\s*([0-9.]+)\s*GT/s")
+
+
+def gen_of(speed: Optional[str]) -> Optional[int]:
+    """'32.0 GT/s PCIe' (kernel >= 4.19 wording) or '8 GT/s' -> 5 / 3; 'Unknown' or absent -> None."""
+    match = _SPEED.match(speed or "")
+    return GEN_BY_GTS.get(float(match.group(1))) if match else None
+
+
+def _width(node: Node, path: str) -> Optional[int]:
+    value = node.read_value(path)
+    return int(value) if value and value.isdigit() else None
+
+
+def upstream_port(node: Node, address: str) -> Optional[str]:
+    """The bridge (root or switch port) the device's link trains against: its parent in sysfs."""
+    real = os.path.realpath(node.path(f"/sys/bus/pci/devices/{address}"))
+    parent = os.path.basename(os.path.dirname(real))
+    return parent if node.exists(f"/sys/bus/pci/devices/{parent}/max_link_speed") else None
+
+
+def link_state(node: Node, address: str) -> dict:
+    base = f"/sys/bus/pci/devices/{address}"
+    state = {"address": address,
+             "gen_current": gen_of(node.read_value(f"{base}/current_link_speed")),
+             "gen_max": gen_of(node.read_value(f"{base}/max_link_speed")),
+             "width_current": _width(node, f"{base}/current_link_width"),
+             "width_max": _width(node, f"{base}/max_link_width")}
+    port = upstream_port(node, address)
+    if port:
+        bridge = f"/sys/bus/pci/devices/{port}"
+        state.update(upstream=port, upstream_gen_max=gen_of(node.read_value(f"{bridge}/max_link_speed")),
+                     upstream_width_max=_width(node, f"{bridge}/max_link_width"))
+    return state
+
+
+def _capable(own: Optional[int], upstream: Optional[int]) -> Optional[int]:
+    known = [value for value in (own, upstream) if value]
+    return min(known) if known else None
+
+
+def judge_link(kind: str, name: str, state: dict):
+    """kind 'gpu' or 'hca'; name: how the report names the device."""
+    check_id = f"health.pcie.{kind}.{state['address']}"
+    gen, width = state["gen_current"], state["width_current"]
+    want_gen = _capable(state["gen_max"], state.get("upstream_gen_max"))
+    want_width = _capable(state["width_max"], state.get("upstream_width_max"))
+    if want_gen is None or want_width is None:
+        return skip(check_id, ROLE, f"{name}: sysfs gives no PCIe link maximum (virtual or not PCIe-attached)")
+    expected, observed = f"Gen{want_gen} x{want_width}", f"Gen{gen or '?'} x{width or '?'}"
+    fix = RESEAT.format(what=name)
+    if not gen or not width:
+        return result(check_id, ROLE, Status.FAIL, expected, observed, f"{name}: PCIe link down",
+                      details=state, fix=fix)
+    if width < want_width:
+        return result(check_id, ROLE, Status.FAIL, expected, observed,
+                      f"{name}: link trained at x{width} of x{want_width} (lanes lost: slot, riser or card)",
+                      details=state, fix=fix)
+    if gen < want_gen and kind == "gpu":
+        return result(check_id, ROLE, Status.WARN, expected, observed,
+                      f"{name}: link at Gen{gen} of Gen{want_gen} while idle (GPUs lower the rate to save power; "
+                      "the hostcopy benchmark shows whether it reaches full rate under load)", details=state,
+                      fix="run `tunefleet verify --bench hostcopy`; if the copy rate is low too: " + fix)
+    if gen < want_gen:
+        return result(check_id, ROLE, Status.FAIL, expected, observed,
+                      f"{name}: link trained at Gen{gen} of Gen{want_gen}", details=state, fix=fix)
+    return result(check_id, ROLE, Status.PASS, expected, observed, details=state)
+
+
+def hcas(node: Node) -> list:
+    """(RDMA device name, PCI address) for each HCA in /sys/class/infiniband."""
+    found = []
+    for device in node.listdir("/sys/class/infiniband"):
+        address = node.readlink_name(f"/sys/class/infiniband/{device}/device")
+        if address:
+            found.append((device, address))
+    return found
+
+
+def _gpu_name(address: str, indices: dict) -> str:
+    index = indices.get(short_bdf(address))
+    return f"GPU {index} ({address})" if index is not None else f"GPU at {address}"
+
+
+def run(spec: dict, node: Node) -> list:
+    indices = gpu_indices(node)
+    devices = [("gpu", _gpu_name(address, indices), address) for address in nvidia_gpus_on_bus(node)]
+    devices += [("hca", f"HCA {device} ({address})", address) for device, address in hcas(node)]
+    if not devices:
+        return [skip("health.pcie", ROLE, "no NVIDIA GPU and no RDMA HCA on the PCI bus")]
+    return [judge_link(kind, name, link_state(node, address)) for kind, name, address in devices]

@@ -1,0 +1,131 @@
+"""One `nvidia-smi --query-gpu` call for every per-GPU health reading, shared by the GPU health checks.
+
+Fields are named with the aliases old and new drivers both accept (`clocks_throttle_reasons.*`
+exists in every driver; R535+ also call it `clocks_event_reasons.*`). A driver that rejects a field
+(`Field "x" is not a valid field to query`) is asked again without it, so one missing reading
+costs that reading, not the whole check.
+"""
+from __future__ import annotations
+
+import csv
+import re
+from dataclasses import dataclass, field
+from typing import Optional
+
+from verify.node import Node
+
+FIELDS = (
+    "index", "pci.bus_id", "name",
+    "ecc.mode.current", "ecc.errors.uncorrected.volatile.total", "ecc.errors.uncorrected.aggregate.total",
+    "retired_pages.pending", "remapped_rows.pending", "remapped_rows.failure", "remapped_rows.uncorrectable",
+    "clocks_throttle_reasons.active", "clocks_throttle_reasons.hw_slowdown",
+    "clocks_throttle_reasons.hw_thermal_slowdown", "clocks_throttle_reasons.hw_power_brake_slowdown",
+    "clocks_throttle_reasons.sw_thermal_slowdown", "clocks_throttle_reasons.sw_power_cap",
+    "temperature.gpu", "temperature.gpu.tlimit", "temperature.memory",
+    "power.draw", "enforced.power.limit",
+)
+REQUIRED = ("index", "pci.bus_id", "name")
+MEMORY_FIELDS = FIELDS[3:10]  # ECC mode and counters, retired pages, remapped rows
+_INVALID = re.compile(r'Field "([^"]+)" is not a valid field to query')
+_NOT_A_VALUE = ("n/a", "[n/a]", "[not supported]", "not supported", "[unknown error]", "")
+
+
+class HealthParseError(ValueError):
+    pass
+
+
+@dataclass
+class GpuHealth:
+    index: int
+    bus_id: str
+    name: str
+    fields: dict = field(default_factory=dict)  # field name -> text as nvidia-smi printed it (units removed)
+
+    def text(self, name: str) -> Optional[str]:
+        """The value, or None when the driver does not report it (N/A, [Not Supported], not asked)."""
+        value = self.fields.get(name)
+        return None if value is None or value.strip().lower() in _NOT_A_VALUE else value.strip()
+
+    def number(self, name: str) -> Optional[float]:
+        value = self.text(name)
+        if value is None:
+            return None
+        try:
+            return float(value.split()[0])
+        except ValueError:
+            raise HealthParseError(f"GPU {self.index} {name} = {value!r} is not a number") from None
+
+    def active(self, name: str) -> Optional[bool]:
+        """'Active'/'Yes' -> True, 'Not Active'/'No' -> False, N/A -> None."""
+        value = self.text(name)
+        if value is None:
+            return None
+        lowered = value.lower()
+        if lowered in ("active", "yes", "enabled"):
+            return True
+        if lowered in ("not active", "no", "disabled"):
+            return False
+        raise HealthParseError(f"GPU {self.index} {name} = {value!r} is neither Active/Yes nor Not Active/No")
+
+    @property
+    def label(self) -> str:
+        return f"GPU {self.index} ({self.bus_id})"
+
+
+def argv(fields=FIELDS) -> list:
+    return ["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv"]
+
+
+def _header_name(column: str) -> str:
+    name = column.split(" [")[0].strip()  # "power.draw [W]" -> "power.draw"
+    return name.replace("clocks_event_reasons.", "clocks_throttle_reasons.")  # new name -> the alias asked
+
+
+def parse(text: str) -> list:
+    """`nvidia-smi --query-gpu=... --format=csv` (header first) -> [GpuHealth]; columns by header name,
+    so wider captures (and the R535+ clocks_event_reasons names) parse the same."""
+    try:
+        rows = [row for row in csv.reader(text.splitlines(), skipinitialspace=True) if row]
+    except csv.Error as exc:
+        raise HealthParseError(f"nvidia-smi output is not CSV: {exc}") from None
+    if not rows:
+        raise HealthParseError("nvidia-smi printed nothing")
+    header = [_header_name(column) for column in rows[0]]
+    missing = [name for name in REQUIRED if name not in header]
+    if missing:
+        raise HealthParseError(f"nvidia-smi header lacks {', '.join(missing)}: {text.strip()[:80]!r}")
+    gpus = []
+    for row in rows[1:]:
+        if len(row) != len(header):
+            raise HealthParseError(f"a row has {len(row)} fields, the header {len(header)}")
+        values = dict(zip(header, (value.strip() for value in row)))
+        if not values["index"].isdigit():
+            raise HealthParseError(f"GPU index {values['index']!r} is not a number")
+        gpus.append(GpuHealth(int(values["index"]), values["pci.bus_id"], values["name"], values))
+    return gpus
+
+
+def query(node: Node) -> tuple:
+    """(gpus, reason): the readings, or [] and why none could be had. Memoised for the run."""
+    if "health_smi" in node.memo:
+        return node.memo["health_smi"]
+    fields, answer = list(FIELDS), ([], "")
+    for _ in range(4):  # at most three unknown fields dropped (drivers older than R535)
+        out = node.run(argv(fields), timeout_s=20.0)
+        if out.missing:
+            answer = ([], "nvidia-smi is not installed")
+            break
+        invalid = _INVALID.search(out.stdout + out.stderr)
+        if invalid and invalid.group(1) in fields and invalid.group(1) not in REQUIRED:
+            fields.remove(invalid.group(1))
+            continue
+        if not out.ok:
+            message = (out.stderr.strip() or out.stdout.strip() or f"exit {out.returncode}").splitlines()[0]
+            answer = ([], f"nvidia-smi failed: {message[:160]}")
+            break
+        answer = (parse(out.stdout), "")
+        break
+    else:
+        answer = ([], f"nvidia-smi rejected the health fields (last: {invalid.group(1) if invalid else '?'})")
+    node.memo["health_smi"] = answer
+    return answer
