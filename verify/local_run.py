@@ -70,9 +70,26 @@ def bench_profile(spec: dict, facts: dict) -> Optional[dict]:
     import verify.profiles as profiles
 
     if name == "auto":
-        pick = getattr(profiles, "pick_profile", None)
-        return pick(facts) if pick else None
-    return load_named_profile(name)
+        import verify.profiles as profiles
+
+        picked = profiles.pick_profile(facts)
+        if picked is not None:
+            return picked, f"{picked['name']}: auto, its match fits {seen}"
+    floors = derived_floors(hardware) if hardware else "recorded only"
+    why = "no shipped profile matches" if name == "auto" else "no profile named (verify_profile is empty)"
+    return None, f"derived from link peaks: {why} {seen}; floors: {floors}"
+
+
+def check_bench_options(spec: dict) -> None:
+    """verify_bench_options refused before anything runs or is written, naming the option."""
+    try:
+        from verify.bench import check_options
+    except ImportError:
+        return  # no verify.bench on this node: the benchmark phase says so
+    try:
+        check_options((spec.get("verify") or {}).get("bench_options"))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def run_benchmarks(spec: dict, node: Node, facts: dict, names: Optional[list]) -> list:
@@ -120,14 +137,15 @@ def main(args) -> int:
     try:
         formats = parse_formats(args.format)
         spec = build_spec(args.spec, args.profile, args.vars, socket.gethostname())
-        ensure_writable_dir(args.out)
+        check_bench_options(spec)
+        ensure_writable_dir(args.out, getattr(args, "world_readable", False))
     except (UsageError, SpecError) as exc:
         print(f"tunefleet verify: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     names = [n.strip() for n in args.bench.split(",") if n.strip()] if args.bench else None
     node = Node(root=args.root, probe_login=getattr(args, "probe_login", False))
     report = verify_node(spec, node, bench=not args.no_bench, bench_names=names)
-    written, skipped = write_reports(report, formats, args.out)
+    written, skipped = write_reports(report, formats, args.out, getattr(args, "world_readable", False))
     if not args.quiet:
         tty = sys.stdout.isatty()
         sys.stdout.write(terminal.render(report, width=0 if tty else 200, colour=tty))
@@ -138,14 +156,24 @@ def main(args) -> int:
     return exit_code(CheckResult.from_dict(r) for r in report["results"])
 
 
-def ensure_writable_dir(path: str) -> None:
-    """Refuse an unusable report directory before any check runs, not after."""
-    import tempfile
+def ensure_writable_dir(path: str, world_readable: bool = False) -> None:
+    """Refuse an unusable report directory before any check runs, not after: one others can
+    change (a symlink or a directory planted by another user, see verify.safe_io), or one we
+    cannot write."""
+    import secrets
+
+    from verify.safe_io import PRIVATE_DIR, UnsafePathError, open_trusted_dir
 
     try:
-        os.makedirs(path, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path, prefix=".tunefleet-write-test-"):
-            pass
+        dir_fd = open_trusted_dir(path, create=True, mode=0o755 if world_readable else PRIVATE_DIR)
+        try:
+            probe = f".tunefleet-write-test-{secrets.token_hex(6)}"
+            os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=dir_fd))
+            os.unlink(probe, dir_fd=dir_fd)
+        finally:
+            os.close(dir_fd)
+    except UnsafePathError as exc:
+        raise UsageError(f"report directory {path} cannot be used safely: {exc.strerror}") from exc
     except OSError as exc:
         raise UsageError(f"report directory {path} is not writable: {exc.strerror or exc}") from exc
 

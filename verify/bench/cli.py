@@ -92,6 +92,7 @@ def main(args) -> int:
     for item in sort_for_people(results):
         print(f"{item.status.value:5} {item.check_id:32} {item.reason}")
     if options.json_out:
-        with open(options.json_out, "w", encoding="utf-8") as handle:
-            json.dump([r.to_dict() for r in results], handle, indent=2, default=str)
+        from verify.safe_io import write_file_atomic  # may run as root: no symlink followed
+
+        write_file_atomic(options.json_out, json.dumps([r.to_dict() for r in results], indent=2, default=str))
     return exit_code(results)

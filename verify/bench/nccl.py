@@ -249,14 +249,15 @@ def measure(node, engine: str, binary: Optional[str], opts: NcclOptions, gpus: i
 
 
 def _save_raw(directory: str, engine: str, out) -> None:
-    os.makedirs(directory, exist_ok=True)
+    from verify.safe_io import safe_mkdir, write_file_atomic  # runs as root: no symlink followed
+
+    safe_mkdir(directory)
     base = os.path.join(directory, f"nccl_allreduce_{engine}")
     index = 1
-    while os.path.exists(f"{base}.{index}.stdout"):
+    while os.path.lexists(f"{base}.{index}.stdout"):
         index += 1
     for stream, text in (("stdout", out.stdout), ("stderr", out.stderr)):
-        with open(f"{base}.{index}.{stream}", "w", encoding="utf-8") as handle:
-            handle.write(text)
+        write_file_atomic(f"{base}.{index}.{stream}", text)
 
 
 def judge(

@@ -7,10 +7,13 @@ when jinja2 happens to be installed there).
 """
 from __future__ import annotations
 
+import io
 import sys
 import tarfile
 from pathlib import Path
 from typing import Optional, Sequence
+
+from verify.safe_io import PRIVATE_FILE, write_file_atomic
 
 SHIPPED = ("verify", "templates")
 SKIPPED_SUFFIXES = (".pyc", ".pyo", ".swp", "~")
@@ -27,12 +30,13 @@ def _keep(info: tarfile.TarInfo) -> Optional[tarfile.TarInfo]:
 
 
 def build(home: Path, out: Path) -> Path:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".part")
-    with tarfile.open(tmp, "w:gz") as archive:
+    """Nodes run what is in this file as root: it is written only in a directory no one else can
+    change (the run directory, verify.fleet.rundir), as a new file renamed into place, 0600."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
         for name in SHIPPED:
             archive.add(str(home / name), arcname=name, filter=_keep)
-    tmp.replace(out)
+    write_file_atomic(str(out), buffer.getvalue(), PRIVATE_FILE)
     return out
 
 
@@ -49,7 +53,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"bundle: {home} has no {', '.join(missing)} (set TUNEFLEET_HOME to the tunefleet checkout)",
               file=sys.stderr)
         return 2
-    print(build(home, Path(argv[0])))
+    try:
+        print(build(home, Path(argv[0])))
+    except OSError as exc:
+        print(f"bundle: {argv[0]}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     return 0
 
 

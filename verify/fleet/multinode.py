@@ -78,9 +78,11 @@ def worker(args: argparse.Namespace) -> int:
     sizes = sweep(parse_size(args.min_bytes), parse_size(args.max_bytes))
     rows = allreduce_rows(dist, device, rank, world, sizes, args.iters, args.warmup)
     if rank == 0:
-        with open(args.out, "w", encoding="utf-8") as handle:
-            json.dump({"world_size": world, "backend": args.backend, "torch": torch.__version__,
-                       "timing": timing_method(device), "rows": rows}, handle)
+        from verify.safe_io import write_file_atomic  # runs as root on the node
+
+        measured = {"world_size": world, "backend": args.backend, "torch": torch.__version__,
+                    "timing": timing_method(device), "rows": rows}
+        write_file_atomic(args.out, json.dumps(measured))
     dist.barrier()
     dist.destroy_process_group()
     return 0
@@ -178,7 +180,11 @@ def launch(args: argparse.Namespace) -> int:
         from verify.bench.nccl import count_gpus
 
         args.nproc_per_node = 1 if args.backend == "gloo" else max(1, count_gpus("/"))
-    env = {"PYTHONPATH": os.pathsep.join(p for p in (os.getcwd(), os.environ.get("PYTHONPATH", "")) if p)}
+    # The package's own directory, never the caller's cwd; then what the Ansible task set explicitly
+    # (the work directory and verify_node_pythonpath, both root-owned on the node).
+    from verify.bench.common import package_parent
+
+    env = {"PYTHONPATH": os.pathsep.join(p for p in (package_parent(), os.environ.get("PYTHONPATH", "")) if p)}
     if args.backend == "gloo" and args.ifname:
         env["GLOO_SOCKET_IFNAME"] = args.ifname
     if args.backend == "nccl" and args.ifname:
@@ -192,8 +198,9 @@ def launch(args: argparse.Namespace) -> int:
         payload = _read_json(args.result_file) if args.node_rank == 0 else None
     spec = _read_json(args.spec) if args.spec else None
     record = verdict(payload, returncode, output, args, spec)
-    with open(args.out, "w", encoding="utf-8") as handle:
-        json.dump([record], handle, indent=1)
+    from verify.safe_io import write_file_atomic  # runs as root on the node
+
+    write_file_atomic(args.out, json.dumps([record], indent=1))
     print(f"{record['status']}: {record['reason']}")
     return 0
 

@@ -7,18 +7,30 @@ verify did not leave a report at all.
 from __future__ import annotations
 
 import argparse
+import io
 import os
+import stat
 import sys
 import tarfile
 from typing import Optional, Sequence
 
+from verify.safe_io import PRIVATE_FILE, check_dir_trusted, write_file_atomic
+
 
 def archive_reports(report_dir: str, archive: str) -> int:
-    """Pack the report files flat (no directory) so the controller unpacks them into <run>/<host>/."""
-    names = sorted(n for n in os.listdir(report_dir) if os.path.isfile(os.path.join(report_dir, n)))
-    with tarfile.open(archive, "w:gz") as tar:
+    """Pack the report files flat (no directory) so the controller unpacks them into <run>/<host>/.
+
+    Runs as root: only regular files (never what a symlink points at) from a directory no one else
+    can change, and the archive is a new private file in one (verify.safe_io).
+    """
+    check_dir_trusted(report_dir)
+    names = sorted(n for n in os.listdir(report_dir)
+                   if stat.S_ISREG(os.lstat(os.path.join(report_dir, n)).st_mode) and not n.startswith("."))
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
         for name in names:
             tar.add(os.path.join(report_dir, name), arcname=name)
+    write_file_atomic(archive, buffer.getvalue(), PRIVATE_FILE)
     return len(names)
 
 

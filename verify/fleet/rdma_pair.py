@@ -55,8 +55,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             spec = json.load(handle)
     records = pair_results(perftest.run(spec, None, Node(), {"peer": args.server_addr}),
                            args.server_host, args.client_host)
-    with open(args.out, "w", encoding="utf-8") as handle:
-        json.dump(records, handle, indent=1, default=str)
+    from verify.safe_io import write_file_atomic  # runs as root on the node
+
+    write_file_atomic(args.out, json.dumps(records, indent=1, default=str))
     verdict = pair_passed(records)
     print(json.dumps({"server": args.server_host, "client": args.client_host, "passed": verdict}))
     return 0

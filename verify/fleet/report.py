@@ -15,6 +15,7 @@ from verify.fleet import plots
 from verify.fleet.model import load_fleet_dir
 from verify.fleet.summary import FleetSummary, build_summary
 from verify.result import Status
+from verify.safe_io import PRIVATE_DIR, PRIVATE_FILE, SHARED_FILE, UnsafePathError, open_trusted_dir, write_in_dir
 
 SCHEMA = "tunefleet.fleet_report/v1"
 FORMATS = ("json", "md", "html", "junit")
@@ -45,7 +46,12 @@ def main(args) -> int:
         return 2
     summary = build_summary(nodes, errors, read_addresses(Path(args.directory), errors))
     out_dir = Path(args.out or args.directory)
-    written = write_reports(summary, out_dir, formats, title=f"tunefleet fleet report: {Path(args.directory).name}")
+    try:
+        written = write_reports(summary, out_dir, formats, title=f"tunefleet fleet report: {Path(args.directory).name}",
+                                world_readable=getattr(args, "world_readable", False))
+    except UnsafePathError as exc:
+        print(f"tunefleet report: {exc.strerror}", file=sys.stderr)
+        return 2
     print(terminal_summary(summary))
     for path in written:
         print(f"wrote {path}")
@@ -70,16 +76,22 @@ def read_addresses(directory: Path, errors: list) -> dict:
     return {str(host): [str(a) for a in addrs] for host, addrs in data.items()}
 
 
-def write_reports(summary: FleetSummary, out_dir: Path, formats, title: str = "tunefleet fleet report") -> list:
-    out_dir.mkdir(parents=True, exist_ok=True)
+def write_reports(summary: FleetSummary, out_dir: Path, formats, title: str = "tunefleet fleet report",
+                  world_readable: bool = False) -> list:
+    """Each format as a new file renamed over its name, owner-only unless world_readable, in a
+    directory only root and the caller can change (verify.safe_io; UnsafePathError otherwise)."""
     renderers = {"json": lambda: _json_text(to_json(summary)),
                  "md": lambda: to_markdown(summary, title), "html": lambda: to_html(summary, title),
                  "junit": lambda: to_junit(summary)}
+    mode = SHARED_FILE if world_readable else PRIVATE_FILE
+    dir_fd = open_trusted_dir(str(out_dir), create=True, mode=0o755 if world_readable else PRIVATE_DIR)
     written = []
-    for fmt in formats:
-        path = out_dir / OUTPUT_NAMES[fmt]
-        _write_atomically(path, renderers[fmt]())
-        written.append(path)
+    try:
+        for fmt in formats:
+            write_in_dir(dir_fd, OUTPUT_NAMES[fmt], renderers[fmt](), mode)
+            written.append(out_dir / OUTPUT_NAMES[fmt])
+    finally:
+        os.close(dir_fd)
     return written
 
 
@@ -241,12 +253,6 @@ def _md(text: str) -> str:
 
 def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def build_from_dir(directory: str, out: Optional[str] = None, formats=FORMATS) -> FleetSummary:

@@ -5,7 +5,6 @@ minutes), and at the end the fleet report's summary: which hosts are bad and why
 """
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
 import subprocess
@@ -85,6 +84,7 @@ def main(args) -> int:
               file=sys.stderr)
         return 2
     from verify.desired import project_root
+    from verify.fleet.rundir import new_run_dir
 
     try:
         check_inventory(args.inventory, args.limit)
@@ -92,8 +92,12 @@ def main(args) -> int:
         print(f"tunefleet verify: {exc}", file=sys.stderr)
         return 2
     home = project_root()
-    run_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    run_dir = Path(os.path.abspath(args.out)) / run_id
+    try:
+        # New and private: the bundle every node runs as root is written in it (verify.fleet.rundir).
+        run_dir = Path(new_run_dir(os.path.abspath(args.out)))
+    except OSError as exc:
+        print(f"tunefleet verify: report directory {args.out}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     progress = Progress(verbose=not args.quiet)
     with tempfile.TemporaryDirectory(prefix="tunefleet-runner-") as work:
         outcome = ansible_runner.run(**runner_kwargs(args, home, run_dir, work, progress))

@@ -6,10 +6,10 @@ from __future__ import annotations
 import datetime
 import importlib
 import os
-import tempfile
 from typing import Optional
 
 from verify.result import CheckResult, counts, exit_code, sort_for_people
+from verify.safe_io import PRIVATE_DIR, PRIVATE_FILE, SHARED_FILE, open_trusted_dir, write_in_dir
 
 SCHEMA = "tunefleet.node_report/v1"
 # format -> (module, file name); jinja2 is needed by html only.
@@ -59,37 +59,36 @@ def render(report: dict, fmt: str) -> str:
     return importlib.import_module(WRITERS[fmt][0]).render(report)
 
 
-def write_atomic(path: str, text: str) -> None:
-    """node_exporter (and people) may read while we write: write a temp file, then rename it over."""
-    directory = os.path.dirname(os.path.abspath(path))
-    handle, temp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            out.write(text)
-        os.chmod(temp, 0o644)
-        os.replace(temp, path)
-    except BaseException:
-        if os.path.exists(temp):
-            os.unlink(temp)
-        raise
+def file_mode(fmt: str, world_readable: bool = False) -> int:
+    """Reports hold system detail (facts, desired state, tool output): owner-only unless asked.
+    The Prometheus textfile holds statuses and figures only, and node_exporter reads it as its own
+    user, so it is readable by all."""
+    return SHARED_FILE if world_readable or fmt == "prom" else PRIVATE_FILE
 
 
-def write_reports(report: dict, formats: list, out_dir: str) -> tuple:
-    """(paths written, one message per format skipped). Unknown formats raise ValueError first."""
+def write_reports(report: dict, formats: list, out_dir: str, world_readable: bool = False) -> tuple:
+    """(paths written, one message per format skipped). Unknown formats raise ValueError first.
+
+    out_dir is made 0700 when missing (0755 with world_readable) and must be a directory only
+    root and the caller can change (UnsafePathError otherwise); each file is a new temporary file
+    renamed over its name, so node_exporter and people never read half a report.
+    """
     unknown = [f for f in formats if f not in WRITERS]
     if unknown:
         raise ValueError(f"unknown report format(s) {', '.join(unknown)}; known: {', '.join(WRITERS)}")
-    os.makedirs(out_dir, exist_ok=True)
+    dir_fd = open_trusted_dir(out_dir, create=True, mode=0o755 if world_readable else PRIVATE_DIR)
     written, skipped = [], []
-    for fmt in formats:
-        try:
-            text = render(report, fmt)
-        except FormatUnavailable as exc:
-            skipped.append(f"{fmt}: skipped, {exc}")
-            continue
-        path = os.path.join(out_dir, WRITERS[fmt][1])
-        write_atomic(path, text)
-        written.append(path)
+    try:
+        for fmt in formats:
+            try:
+                text = render(report, fmt)
+            except FormatUnavailable as exc:
+                skipped.append(f"{fmt}: skipped, {exc}")
+                continue
+            write_in_dir(dir_fd, WRITERS[fmt][1], text, file_mode(fmt, world_readable))
+            written.append(os.path.join(out_dir, WRITERS[fmt][1]))
+    finally:
+        os.close(dir_fd)
     return written, skipped
 
 
