@@ -20,12 +20,26 @@ class SpecError(ValueError):
     """The desired state (or what it was built from) is malformed; the message names where."""
 
 
+# A file every copy of the data has; it tells a data directory from a place that merely exists.
+DATA_MARKER = "templates/desired_state.json.j2"
+
+
 def project_root() -> Path:
-    """The repository (or unpacked collection) that holds roles/ and templates/."""
+    """The directory holding roles/ and templates/: the one place that decides where they are.
+
+    TUNEFLEET_HOME when set (a node's bundle, a playbook run); else the copy an installed wheel
+    carries (verify/_data, written by setup.py's build step); else the checkout or installed
+    collection this package sits in. Found from this file, never from the caller's cwd.
+    """
     env = os.environ.get("TUNEFLEET_HOME")
     if env:
         return Path(env)
-    return Path(__file__).resolve().parent.parent
+    package = Path(__file__).resolve().parent
+    for candidate in (package / "_data", package.parent):
+        if (candidate / DATA_MARKER).is_file():
+            return candidate
+    # Neither has it: callers then name the file they could not read under the checkout path.
+    return package.parent
 
 
 def load_spec_file(path: str) -> dict:

@@ -23,10 +23,14 @@ def installed_collection(tmp_path_factory) -> Path:
     )
     (tarball,) = work.glob("tunefleet-gpu_node-*.tar.gz")
     with tarfile.open(tarball) as archive:
-        tops = {name.split("/")[0] for name in archive.getnames()}
-    # Python, tests and scenarios stay out of the artifact.
-    assert {"roles", "playbooks", "plugins", "templates", "meta"} <= tops
-    assert not tops & {"verify", "tests", "molecule", ".venv", "reports", "benchmarks"}
+        names = archive.getnames()
+    tops = {name.split("/")[0] for name in names}
+    # verify/ ships: playbooks/verify.yml and roles/verify_node run it. Tests, scenarios and the
+    # Python packaging files stay out of the artifact, and so do bytecode caches.
+    assert {"roles", "playbooks", "plugins", "templates", "meta", "verify"} <= tops
+    assert {"verify/fleet/bundle.py", "verify/fleet/noderun.py", "templates/desired_state.json.j2"} <= set(names)
+    assert not tops & {"tests", "molecule", ".venv", "reports", "benchmarks", "setup.py", "pyproject.toml"}
+    assert not [name for name in names if "__pycache__" in name or name.endswith(".pyc")]
     subprocess.run(
         [str(BIN / "ansible-galaxy"), "collection", "install", "--force", "-p", str(work / "installed"), str(tarball)],
         check=True, capture_output=True, cwd=work, env=env,
