@@ -70,26 +70,9 @@ def bench_profile(spec: dict, facts: dict) -> Optional[dict]:
     import verify.profiles as profiles
 
     if name == "auto":
-        import verify.profiles as profiles
-
-        picked = profiles.pick_profile(facts)
-        if picked is not None:
-            return picked, f"{picked['name']}: auto, its match fits {seen}"
-    floors = derived_floors(hardware) if hardware else "recorded only"
-    why = "no shipped profile matches" if name == "auto" else "no profile named (verify_profile is empty)"
-    return None, f"derived from link peaks: {why} {seen}; floors: {floors}"
-
-
-def check_bench_options(spec: dict) -> None:
-    """verify_bench_options refused before anything runs or is written, naming the option."""
-    try:
-        from verify.bench import check_options
-    except ImportError:
-        return  # no verify.bench on this node: the benchmark phase says so
-    try:
-        check_options((spec.get("verify") or {}).get("bench_options"))
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+        pick = getattr(profiles, "pick_profile", None)
+        return pick(facts) if pick else None
+    return load_named_profile(name)
 
 
 def run_benchmarks(spec: dict, node: Node, facts: dict, names: Optional[list]) -> list:
@@ -137,7 +120,6 @@ def main(args) -> int:
     try:
         formats = parse_formats(args.format)
         spec = build_spec(args.spec, args.profile, args.vars, socket.gethostname())
-        check_bench_options(spec)
         ensure_writable_dir(args.out, getattr(args, "world_readable", False))
     except (UsageError, SpecError) as exc:
         print(f"tunefleet verify: {exc}", file=sys.stderr)
