@@ -64,30 +64,71 @@ def parse_formats(text: str) -> list:
 
 
 def bench_profile(spec: dict, facts: dict) -> Optional[dict]:
+    return choose_profile(spec, facts)[0]
+
+
+def choose_profile(spec: dict, facts: dict, node: Optional[Node] = None) -> tuple:
+    """(profile or None, one line saying how it was chosen) for the desired state's verify_profile.
+
+    "auto" picks the shipped profile whose `match` fits the node's GPUs; without one the floors
+    are derived from the node's link peaks, and the line says which (the report shows it).
+    """
     name = (spec.get("verify") or {}).get("profile")
-    if not name:
-        return None
-    import verify.profiles as profiles
+    if name and name != "auto":
+        return load_named_profile(name), f"{name}: named by the desired state (verify_profile)"
+    hardware = None
+    if node is not None and node.is_live:
+        from verify.bench.hardware import derived_floors, detect
 
+        hardware = detect(node)
+    seen = hardware.describe() if hardware else "this node"
     if name == "auto":
-        pick = getattr(profiles, "pick_profile", None)
-        return pick(facts) if pick else None
-    return load_named_profile(name)
+        import verify.profiles as profiles
+
+        picked = profiles.pick_profile(facts)
+        if picked is not None:
+            return picked, f"{picked['name']}: auto, its match fits {seen}"
+    floors = derived_floors(hardware) if hardware else "recorded only"
+    why = "no shipped profile matches" if name == "auto" else "no profile named (verify_profile is empty)"
+    return None, f"derived from link peaks: {why} {seen}; floors: {floors}"
 
 
-def run_benchmarks(spec: dict, node: Node, facts: dict, names: Optional[list]) -> list:
-    """verify.bench is imported only here, and its absence is a SKIP, not a failure of the run."""
+def check_bench_options(spec: dict) -> None:
+    """verify_bench_options refused before anything runs or is written, naming the option."""
+    try:
+        from verify.bench import check_options
+    except ImportError:
+        return  # no verify.bench on this node: the benchmark phase says so
+    try:
+        check_options((spec.get("verify") or {}).get("bench_options"))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def run_benchmarks(spec: dict, node: Node, facts: dict, names: Optional[list], record: Optional[dict] = None) -> list:
+    """verify.bench is imported only here, and its absence is a SKIP, not a failure of the run.
+
+    `record` receives the benchmark phase for the report: profile and how it was chosen, the
+    hardware seen, what ran, what was skipped and why, and the wall time.
+    """
+    record = {} if record is None else record
     if not node.is_live:
         return [CheckResult("bench", "verify", Status.SKIP, reason="benchmarks run on the live node only (--root)")]
     try:
         from verify.bench import run_benchmarks as bench
+        from verify.bench.hardware import detect
     except ImportError as exc:
         return [CheckResult("bench", "verify", Status.SKIP, reason=f"verify.bench is not available ({exc})")]
+    start = time.perf_counter()
     try:
-        profile = bench_profile(spec, facts)
+        profile, how = choose_profile(spec, facts, node)
     except (UsageError, ValueError, ImportError) as exc:
         return [CheckResult("bench", "verify", Status.ERROR, reason=f"hardware profile: {exc}")]
-    return bench(spec, profile, node, names)
+    record.update(profile=(profile or {}).get("name"), profile_how=how, hardware=detect(node).to_dict())
+    try:
+        return bench(spec, profile, node, names, record=record)
+    finally:
+        record["wall_s"] = round(time.perf_counter() - start, 2)
 
 
 def verify_node(spec: dict, node: Node, bench: bool = True, bench_names: Optional[list] = None) -> dict:
@@ -100,8 +141,13 @@ def verify_node(spec: dict, node: Node, bench: bool = True, bench_names: Optiona
     results = run_checks(spec, node, timings=timings)
     checks_s = time.perf_counter() - start
     facts = gather_facts(node)
-    if bench and (bench_names or (spec.get("verify") or {}).get("benchmarks")):
-        results += run_benchmarks(spec, node, facts, bench_names)
+    bench_record: dict = {"selection": "none", "ran": [], "skipped": []}
+    if not bench:
+        bench_record["reason"] = "--no-bench: config checks only"
+    elif bench_names or (spec.get("verify") or {}).get("benchmarks"):
+        results += run_benchmarks(spec, node, facts, bench_names, bench_record)
+    else:
+        bench_record["reason"] = "the desired state asks for none (verify_benchmarks: [])"
     run = {
         "started_at": started,
         "duration_s": round(time.perf_counter() - start, 3),
@@ -109,6 +155,7 @@ def verify_node(spec: dict, node: Node, bench: bool = True, bench_names: Optiona
         "check_timings_s": timings,
         "root": node.root,
         "benchmarks": bool(bench),
+        "bench": bench_record,
         "command": "tunefleet " + " ".join(sys.argv[1:]) if sys.argv else "",
     }
     return build_report(spec, facts, results, run)
@@ -120,6 +167,7 @@ def main(args) -> int:
     try:
         formats = parse_formats(args.format)
         spec = build_spec(args.spec, args.profile, args.vars, socket.gethostname())
+        check_bench_options(spec)
         ensure_writable_dir(args.out, getattr(args, "world_readable", False))
     except (UsageError, SpecError) as exc:
         print(f"tunefleet verify: {exc}", file=sys.stderr)

@@ -88,7 +88,7 @@ def test_benchmarks_are_called_with_spec_profile_node_and_names(tmp_path, monkey
 
     calls = []
 
-    def fake_bench(spec, profile, node, names):
+    def fake_bench(spec, profile, node, names, record=None):
         calls.append((spec["host"], profile, node.root, names))
         return [CheckResult("bench.nccl", "verify", Status.PASS, 300, 345.0)]
 

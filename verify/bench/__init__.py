@@ -2,11 +2,16 @@
 
 `run_benchmarks` is what `tunefleet verify` calls; `verify.bench.cli` is `tunefleet bench`.
 Each family lives in its own module and is imported only when it runs.
+
+What runs: the names asked for, or a set chosen from the node's hardware. "quick" (the default
+of `tunefleet verify`) is that set with short sweeps, "full" the same set with the profile's
+long sweeps; a family the hardware cannot run is one SKIP row saying why.
 """
 
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass, field, fields
 from typing import Optional
 
 from verify.bench.common import result
@@ -37,32 +42,187 @@ ALIASES = {
 }
 
 
+SETS = ("quick", "full")
+ORDER = ("nccl", "hostcopy", "storage", "rdma")
+CHECK_IDS = {"nccl": "bench.nccl_allreduce", "hostcopy": "bench.hostcopy", "storage": "bench.storage",
+             "rdma": "bench.rdma"}
+# The quick set's options: under a minute on 2x H200 (all-reduce to 1 GiB, 256 MiB copies per GPU,
+# a 1 GiB storage read, 2 s per perftest run). "full" keeps the profile's sizes (4 GiB sweeps).
+QUICK = {
+    "nccl": {"max_bytes": 1 << 30},
+    "hostcopy": {"size_bytes": 256 << 20},
+    "storage": {"size_bytes": 1 << 30},
+    "rdma": {"duration_s": 2},
+}
+HOSTCOPY_OPTIONS = {"size_bytes": "int", "iters": "int", "tries": "int", "timeout_s": "float"}
+
+
+@dataclass
+class Plan:
+    """What a run will do: families in order, the selection they came from, and SKIPs with reasons."""
+
+    selection: str  # "quick", "full" or "named"
+    families: list = field(default_factory=list)
+    skipped: list = field(default_factory=list)  # (family, reason)
+    unknown: list = field(default_factory=list)
+
+
+def hardware_set(node, options: dict) -> tuple:
+    """(families the hardware can run, [(family, why not)]) for the quick and full sets."""
+    from verify.bench.hardware import detect
+    from verify.bench.nccl import count_gpus
+
+    found = detect(node)
+    gpus = len(found.gpus) or count_gpus(node.root)
+    run, skipped = [], []
+    if (options.get("nccl") or {}).get("backend") == "gloo" or gpus >= 2:
+        run.append("nccl")
+    else:
+        skipped.append(("nccl", f"needs 2 ranks, this node has {gpus} GPU" + ("" if gpus == 1 else "s")))
+    if gpus:
+        run.append("hostcopy")
+    else:
+        skipped.append(("hostcopy", "no GPU on this node" + (f" ({found.gpu_reason})" if found.gpu_reason else "")))
+    run.append("storage")
+    if not found.active_hcas:
+        skipped.append(("rdma", "no active RDMA port under /sys/class/infiniband"))
+    elif not found.perftest:
+        skipped.append(("rdma", f"perftest (ib_write_bw) is not installed: {len(found.active_hcas)} active HCA "
+                                "port(s) not measured"))
+    else:
+        run.append("rdma")
+    return run, skipped
+
+
+def plan(names: list, node, options: Optional[dict] = None) -> Plan:
+    """Turn asked names ("quick", "full", family names, aliases) into the families to run."""
+    asked = [str(n).strip().lower() for n in names if str(n).strip()]
+    chosen = next((s for s in SETS if s in asked), None)
+    found = Plan(chosen or "named")
+    wanted: list = []
+    if chosen:
+        wanted, found.skipped = hardware_set(node, options or {})
+    for name in asked:
+        if name in SETS:
+            continue
+        family = canonical(name)
+        if family is None:
+            found.unknown.append(name)
+        elif family not in wanted:
+            wanted.append(family)
+            found.skipped = [s for s in found.skipped if s[0] != family]  # asked by name: it runs
+    found.families = sorted(wanted, key=lambda f: ORDER.index(f) if f in ORDER else len(ORDER))
+    return found
+
+
+def option_types(family: str) -> dict:
+    """Option name -> type name for one family (the fields of its options dataclass)."""
+    if family == "hostcopy":
+        return dict(HOSTCOPY_OPTIONS)
+    module = importlib.import_module(FAMILIES[family])
+    options_class = {"nccl": "NcclOptions", "storage": "StorageOptions", "rdma": "PerftestOptions"}[family]
+    return {f.name: str(f.type) for f in fields(getattr(module, options_class))}
+
+
+def _option(key: str, kind: str, value):
+    """One option value checked against its type (sizes accept "1G"); ValueError says what is wrong."""
+    from verify.bench.common import parse_size
+
+    if key.endswith("_bytes"):
+        return parse_size(value)
+    if kind.startswith(("tuple", "list")) or "list" in kind:
+        if isinstance(value, str):
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+            raise ValueError("must be a list of names")
+        return tuple(value) if kind.startswith("tuple") else list(value)
+    if "bool" in kind:
+        if not isinstance(value, bool):
+            raise ValueError("must be true or false")
+    elif "float" in kind:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value < 0:
+            raise ValueError("must be a number >= 0")
+        return float(value)
+    elif "int" in kind:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError("must be a whole number >= 0")
+    elif "str" in kind and not isinstance(value, str):
+        raise ValueError("must be text")
+    elif "dict" in kind and not isinstance(value, dict):
+        raise ValueError("must be a mapping")
+    return value
+
+
+def check_options(options, origin: str = "verify_bench_options") -> dict:
+    """verify_bench_options ({benchmark: {option: value}}) checked and normalised, or ValueError naming it."""
+    if options in (None, ""):
+        return {}
+    if not isinstance(options, dict):
+        raise ValueError(f"{origin} must be a mapping of benchmark -> options, got {options!r:.60}")
+    checked: dict = {}
+    for name, values in options.items():
+        family = canonical(str(name))
+        if family is None:
+            raise ValueError(f"{origin}: unknown benchmark {name!r}; known: {', '.join(sorted(FAMILIES))}")
+        if not isinstance(values, dict):
+            raise ValueError(f"{origin}.{name} must be a mapping of options, got {values!r:.60}")
+        known = option_types(family)
+        for key, value in values.items():
+            if key not in known:
+                raise ValueError(f"{origin}.{name}.{key}: not an option of {family}; known: {', '.join(sorted(known))}")
+            try:
+                checked.setdefault(family, {})[key] = _option(key, known[key], value)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"{origin}.{name}.{key}: {value!r:.60} {exc}") from None
+    return checked
+
+
+def family_options(selection: str, family: str, spec: Optional[dict], overrides: Optional[dict]) -> dict:
+    """Quick-set sizes < the desired state's verify_bench_options < the caller's (tunefleet bench) options."""
+    merged = dict(QUICK.get(family, {})) if selection == "quick" else {}
+    merged.update(check_options(((spec or {}).get("verify") or {}).get("bench_options")).get(family, {}))
+    merged.update((overrides or {}).get(family) or {})
+    return merged
+
+
 def canonical(name: str) -> Optional[str]:
     key = name.strip().lower().replace("-", "_")
     return key if key in FAMILIES else ALIASES.get(key)
 
 
 def run_benchmarks(
-    spec: dict, profile: Optional[dict], node, names: Optional[list] = None, overrides: Optional[dict] = None
+    spec: dict,
+    profile: Optional[dict],
+    node,
+    names: Optional[list] = None,
+    overrides: Optional[dict] = None,
+    record: Optional[dict] = None,
 ) -> list:
-    """Run the named benchmarks (default: the desired state's verify.benchmarks) on `node`.
+    """Run the asked benchmarks (default: the desired state's verify.benchmarks) on `node`, a verify.node.Node.
 
-    `node` has `.root` and `.run` (a runner like verify.runner.run_command). Unknown names give
-    one ERROR result each instead of stopping the others.
+    Unknown names give one ERROR result each instead of stopping the others; a family the
+    hardware cannot run (quick/full sets) one SKIP. `record` receives the selection, what runs
+    and what was skipped with the reason, for the report.
     """
     if names is None:
         names = list(((spec or {}).get("verify") or {}).get("benchmarks") or [])
     results: list = []
+    try:
+        chosen = plan(names, node, check_options(((spec or {}).get("verify") or {}).get("bench_options")))
+    except ValueError as exc:
+        return [result("bench", Status.ERROR, f"benchmark options: {exc}")]
+    results.extend(result(f"bench.{name}", Status.ERROR,
+                          f"unknown benchmark {name!r}; known: {', '.join(sorted(FAMILIES))}, {', '.join(SETS)}")
+                   for name in chosen.unknown)
+    results.extend(result(CHECK_IDS[family], Status.SKIP, why) for family, why in chosen.skipped)
+    if record is not None:
+        record.update(selection=chosen.selection, ran=list(chosen.families),
+                      skipped=[{"benchmark": f, "reason": why} for f, why in chosen.skipped])
+    overrides = {f: family_options(chosen.selection, f, spec, overrides) for f in chosen.families}
+    names = list(chosen.families)  # the loop below runs (and an interrupt names) the planned families
     seen = set()
     for name in names:
         family = canonical(str(name))
-        if family is None:
-            results.append(
-                result(
-                    f"bench.{name}", Status.ERROR, f"unknown benchmark {name!r}; known: {', '.join(sorted(FAMILIES))}"
-                )
-            )
-            continue
         if family in seen:
             continue
         seen.add(family)

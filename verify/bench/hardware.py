@@ -151,3 +151,27 @@ def detect(node) -> Hardware:
     found.perftest = which("ib_write_bw", node.root) is not None
     node.memo[MEMO_KEY] = found
     return found
+
+
+def derived_floors(found: Hardware) -> str:
+    """The floors each benchmark derives from these links when no profile gives one, in one line."""
+    from verify.bench.hostcopy import DERIVED_RATIO as COPY_RATIO
+    from verify.bench.nccl import NVLINK_FAIL_SHARE
+    from verify.bench.perftest import DERIVED_RATIO as RDMA_RATIO
+
+    parts = []
+    nvlink = found.nvlink_per_gpu()
+    if len(found.gpus) >= 2 and nvlink:
+        parts.append(f"all-reduce busbw >= {NVLINK_FAIL_SHARE:g} x NVLink {nvlink:.1f} GB/s per GPU"
+                     f" = {NVLINK_FAIL_SHARE * nvlink:.1f} GB/s")
+    elif len(found.gpus) >= 2:
+        parts.append("all-reduce recorded only (no NVLink reported)")
+    pcie = found.pcie_peak()
+    if found.gpus:
+        parts.append(f"host copies >= {COPY_RATIO.limit:g} x the PCIe link NVML reports per GPU"
+                     + (f" (sysfs: {pcie.source})" if pcie else ""))
+    rates = sorted({h.rate_gbits for h in found.active_hcas if h.rate_gbits})
+    if rates:
+        parts.append(f"RDMA >= {RDMA_RATIO.limit:g} x port rate ({', '.join(f'{r:g}' for r in rates)} Gb/s)")
+    parts.append("storage recorded only")
+    return "; ".join(parts)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from verify.report import FormatUnavailable, for_people, one_line
+from verify.report.bench_phase import lines as bench_lines
 
 TEMPLATE = "report.html.j2"
 
@@ -27,4 +28,4 @@ def render(report: dict) -> str:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(directory)), autoescape=True,
                              undefined=jinja2.StrictUndefined)
     env.filters["one_line"] = one_line
-    return env.get_template(TEMPLATE).render(report=report, results=for_people(report))
+    return env.get_template(TEMPLATE).render(report=report, results=for_people(report), bench_lines=bench_lines(report))

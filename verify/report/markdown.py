@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from verify.report import for_people, one_line
+from verify.report.bench_phase import lines as bench_lines
 
 
 def _cell(text: str) -> str:
@@ -19,6 +20,8 @@ def render(report: dict) -> str:
         f"profile {report.get('profile') or 'none'} · exit code {report['summary']['exit_code']}",
         "",
         " · ".join(f"**{status}** {count}" for status, count in counts.items()),
+        "",
+        *(f"- {_cell(line)}" for line in bench_lines(report)),
         "",
         "| status | check | expected | observed | reason | remediation |",
         "| --- | --- | --- | --- | --- | --- |",

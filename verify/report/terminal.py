@@ -4,6 +4,7 @@ from __future__ import annotations
 import shutil
 
 from verify.report import for_people, one_line
+from verify.report.bench_phase import lines as bench_lines
 
 COLOURS = {"FAIL": "\033[31m", "ERROR": "\033[35m", "WARN": "\033[33m", "SKIP": "\033[2m", "PASS": "\033[32m"}
 RESET = "\033[0m"
@@ -29,5 +30,5 @@ def render(report: dict, width: int = 0, colour: bool = False) -> str:
         )
     summary = report["summary"]
     tally = "  ".join(f"{status} {count}" for status, count in summary["counts"].items())
-    lines += ["", f"{report['host']}: {tally}  (exit code {summary['exit_code']})"]
+    lines += ["", *bench_lines(report), f"{report['host']}: {tally}  (exit code {summary['exit_code']})"]
     return "\n".join(lines) + "\n"
