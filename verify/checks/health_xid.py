@@ -64,7 +64,7 @@ def _verdict(code: int, line: str) -> tuple:
         return Status.FAIL, "the driver asks for a recovery action: " + line.rsplit(" to ", 1)[-1], RESET_GPU
     if code in FATAL:
         return Status.FAIL, FATAL[code][0], FATAL[code][1]
-    return Status.WARN, "logged (application or driver level; watch for repeats)", RESET_GPU
+    return Status.WARN, "not fatal: application or driver level; watch for repeats", RESET_GPU
 
 
 def judge_xids(bus: str, xids: dict, gpu_index, source: str):
