@@ -7,7 +7,8 @@ to apply in the container) and host-wide keys (they would change the CI machine 
 the host-wide values the scenario changes on purpose, recorded so teardown puts them back.
 Everything is written as an Ansible local fact (ansible_local.tunefleet_molecule).
 
-teardown: writes the recorded host-wide values back, detaches the loop device, checks both.
+teardown: detaches the loop device, then writes the recorded host-wide values back (the loop
+device's queue settings as they were before the attach), and checks both.
 
 Runs on the node with a bare python3 >= 3.9.
 """
@@ -71,22 +72,35 @@ def ensure_veth_pair() -> None:
         run(["ip", "link", "set", name, "mtu", "1500", "up"])
 
 
-def ensure_loop_device() -> str:
-    """Attach the backing file to a loop device (once) and return its name, e.g. loop3."""
+def queue_settings(loop: str) -> Dict[str, str]:
+    """The host loop device's tunables the scenario changes, as the host had them."""
+    queue = Path("/sys/block") / loop / "queue"
+    if not queue.is_dir():  # a device the kernel makes on demand: nothing to hand back
+        return {}
+    return {str(queue / "scheduler"): active_choice(read(queue / "scheduler")),
+            str(queue / "read_ahead_kb"): read(queue / "read_ahead_kb")}
+
+
+def ensure_loop_device() -> tuple:
+    """Attach the backing file to a loop device (once); return its name (e.g. loop3) and its
+    queue settings from BEFORE the attach: attaching a file sets read_ahead_kb from the file's
+    filesystem (128 -> 2560 on the CI VM) and detaching keeps it, so teardown writes these back
+    after the detach. None when it was attached already (a second prepare)."""
     if not LOOP_BACKING_FILE.exists():
         with open(LOOP_BACKING_FILE, "wb") as handle:
             handle.truncate(LOOP_SIZE_BYTES)
     attached = run(["losetup", "--associated", str(LOOP_BACKING_FILE)])
     if attached:
-        return Path(attached.split(":", 1)[0]).name
+        return Path(attached.split(":", 1)[0]).name, None
     # /dev in a privileged container is a copy taken at start: a loop device the kernel makes
     # afterwards has no node here until we make one.
     device = run(["losetup", "--find"])
+    before = queue_settings(Path(device).name)
     if not Path(device).exists():
         minor = int(device.rsplit("loop", 1)[1])
         os.mknod(device, stat.S_IFBLK | 0o660, os.makedev(7, minor))
     run(["losetup", device, str(LOOP_BACKING_FILE)])
-    return Path(device).name
+    return Path(device).name, before
 
 
 def ensure_probe_user() -> None:
@@ -122,14 +136,12 @@ def read(path: Path) -> str:
 
 def setup(sysctl_keys: List[str]) -> dict:
     ensure_veth_pair()
-    loop = ensure_loop_device()
+    loop, before_attach = ensure_loop_device()
     ensure_probe_user()
-    queue = Path("/sys/block") / loop / "queue"
     previous = json.loads(FACT_FILE.read_text(encoding="utf-8")) if FACT_FILE.exists() else {}
     # A second prepare must keep the first one's originals: by then the node may be tuned.
     host_originals: Dict[str, str] = previous.get("host_originals") or {
-        str(queue / "scheduler"): active_choice(read(queue / "scheduler")),
-        str(queue / "read_ahead_kb"): read(queue / "read_ahead_kb"),
+        **(before_attach if before_attach is not None else queue_settings(loop)),
         str(THP / "enabled"): active_choice(read(THP / "enabled")),
         str(THP / "defrag"): active_choice(read(THP / "defrag")),
         str(HUGEPAGES_2M): read(HUGEPAGES_2M),
@@ -169,6 +181,15 @@ def teardown() -> List[str]:
     facts = json.loads(FACT_FILE.read_text(encoding="utf-8"))
     targets = facts.get("host_targets", {})
     problems: List[str] = []
+    # Detach first: the detach itself rewrites the device's read_ahead_kb, so the originals
+    # (read before the attach) are written back after it.
+    backing = facts["loop_backing_file"]
+    attached = run(["losetup", "--associated", backing])
+    for line in attached.splitlines():
+        run(["losetup", "--detach", line.split(":", 1)[0]])
+    if run(["losetup", "--associated", backing]):
+        problems.append(f"loop device for {backing} is still attached")
+    Path(backing).unlink(missing_ok=True)
     for path_text, value in facts["host_originals"].items():
         path = Path(path_text)
         if not path.exists():
@@ -186,13 +207,6 @@ def teardown() -> List[str]:
             continue
         if active_choice(read(path)) != value:
             problems.append(f"{path}: is {read(path)!r} after writing {value!r} back")
-    backing = facts["loop_backing_file"]
-    attached = run(["losetup", "--associated", backing])
-    for line in attached.splitlines():
-        run(["losetup", "--detach", line.split(":", 1)[0]])
-    if run(["losetup", "--associated", backing]):
-        problems.append(f"loop device for {backing} is still attached")
-    Path(backing).unlink(missing_ok=True)
     return problems
 
 

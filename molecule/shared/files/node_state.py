@@ -147,10 +147,20 @@ def systemd_manager() -> Dict[str, str]:
     return dict(line.split("=", 1) for line in result.stdout.splitlines() if "=" in line)
 
 
+def host_block_devices(sys_block: Path = Path("/sys/block")) -> List[str]:
+    """Every block device of the CI machine: the scenarios and tests attach host loop devices,
+    and attaching alone rewrites a queue setting (read_ahead_kb 128 -> 2560 seen on loop0)."""
+    try:
+        return sorted(os.listdir(sys_block))
+    except OSError:
+        return []
+
+
 def snapshot(blocks: List[str], file_roots: List[str], host: bool = False) -> dict:
     kernel = sysctls()
     if host:
         kernel = {key: value for key, value in kernel.items() if not PER_INTERFACE_SYSCTL.match(key)}
+        blocks = sorted(set(blocks) | set(host_block_devices()))
     return {
         "selection": {"block": blocks, "files": file_roots, "host": host},
         "state": {
