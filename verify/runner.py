@@ -28,6 +28,10 @@ class CommandOutput:
 Runner = Callable[..., CommandOutput]
 
 
+class CleanEnv(dict):
+    """A command's whole environment, replacing verify's instead of adding to it (engine_env)."""
+
+
 def run_command(
     argv: Sequence[str],
     timeout_s: float = 60.0,
@@ -40,10 +44,15 @@ def run_command(
     are killed together, and the output it printed so far is kept.
     """
     start = time.monotonic()
-    full_env = None
-    if env is not None:
-        full_env = dict(os.environ)
-        full_env.update(env)
+    if isinstance(env, CleanEnv):
+        full_env = dict(env)
+    else:
+        # Bare command names (ethtool, nvidia-smi) are found on the fixed root-owned PATH, never the
+        # caller's: tunefleet runs as root (verify.safe_io.command_path).
+        from verify.safe_io import command_path
+
+        full_env = dict(os.environ, PATH=command_path())
+        full_env.update(env or {})
     try:
         proc = subprocess.Popen(
             list(argv),

@@ -80,7 +80,9 @@ def test_run_gives_one_result_per_gpu_and_direction(monkeypatch):
         "bench.h2d.gpu1",
     ]
     assert all(r.status == Status.PASS for r in results)
-    assert node.runner.calls[0]["argv"][1:3] == ["-m", "verify.bench.torch_hostcopy"]
+    call = node.runner.calls[0]
+    assert call["argv"][1:3] == ["-I", "-u"] and call["argv"][6] == "verify.bench.torch_hostcopy"
+    assert call["cwd"] == "/" and "PYTHONPATH" not in call["env"]
 
 
 def test_engine_that_cannot_run_is_skip_and_crash_is_error(monkeypatch):

@@ -192,17 +192,58 @@ def package_parent() -> str:
     return str(Path(__file__).resolve().parent.parent.parent)
 
 
+# Engines run as root on shared nodes, so nothing of the caller's may choose their code: `-I`
+# (isolated: no PYTHON* variables, no user site-packages, no script directory or cwd on sys.path,
+# Python 3.4+, unlike -P which needs 3.11) and this bootstrap, which puts back only trusted
+# directories (engine_sys_path) by their absolute paths, then runs the module as __main__.
+_BOOTSTRAP = ("import runpy, sys; extra = sys.argv[1]; sys.argv = sys.argv[2:]; "
+              "sys.path[:] = [p for p in (extra.split(':') if extra else []) + sys.path if p]; "
+              "runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)")
+# Engines start in a directory root owns, not wherever verify was started.
+ENGINE_CWD = "/"
+# What an engine keeps of verify's own environment: the GPU, NCCL and thread settings the operator
+# set on purpose (NCCL_NVLS_ENABLE=0 on multi-GPU H200s, CUDA_VISIBLE_DEVICES). Never PYTHONPATH,
+# LD_PRELOAD, LD_LIBRARY_PATH, TMPDIR or PATH: those would let the caller pick what root runs.
+_KEPT_PREFIXES = ("CUDA_", "NCCL_", "NVIDIA_", "NVSHMEM_", "TORCH_", "GLOO_", "OMP_", "MKL_", "UCX_", "LC_")
+_KEPT_NAMES = ("LANG", "TZ", "TERM")
+
+
+def engine_sys_path() -> list:
+    """Absolute directories an engine imports from besides the interpreter's own (which -I keeps,
+    a venv's site-packages included): this package's parent, then the directories verify itself
+    was started with (a node run's work directory; verify_node_pythonpath, where PyTorch may
+    live), each only when no one but root and us can change it (verify.safe_io)."""
+    from verify.safe_io import check_dir_trusted
+
+    kept: list = []
+    for entry in [package_parent(), *sys.path]:
+        if not entry or not os.path.isabs(entry) or entry in kept or not os.path.isdir(entry):
+            continue
+        try:
+            check_dir_trusted(entry)
+        except OSError:
+            continue
+        kept.append(entry)
+    return kept
+
+
 def engine_argv(module: str, args: list) -> list:
-    """argv that runs one engine module with the same interpreter as verify itself."""
-    return [sys.executable, "-m", module, *[str(a) for a in args]]
+    """argv that runs one engine module with the same interpreter as verify, isolated (see _BOOTSTRAP)."""
+    return [sys.executable, "-I", "-u", "-c", _BOOTSTRAP, ":".join(engine_sys_path()), module,
+            *[str(a) for a in args]]
 
 
 def engine_env(extra: Optional[dict] = None) -> dict:
-    """The engine must import this verify package even where it is not installed (a node run)."""
-    env = {
-        "PYTHONPATH": os.pathsep.join(p for p in (package_parent(), os.environ.get("PYTHONPATH", "")) if p),
-        "PYTHONUNBUFFERED": "1",
-    }
+    """The whole environment of an engine (it replaces verify's, see verify.runner.CleanEnv):
+    the fixed root-owned PATH, root's own HOME, and the operator's GPU/NCCL settings."""
+    import pwd
+
+    from verify.runner import CleanEnv
+    from verify.safe_io import command_path
+
+    env = CleanEnv({name: value for name, value in os.environ.items()
+                    if name.startswith(_KEPT_PREFIXES) or name in _KEPT_NAMES})
+    env.update({"PATH": command_path(), "HOME": pwd.getpwuid(os.geteuid()).pw_dir, "PYTHONUNBUFFERED": "1"})
     env.update(extra or {})
     return env
 
@@ -225,10 +266,13 @@ def read_result(stdout: str) -> Optional[dict]:
 
 
 def which(name: str, root: str = "/") -> Optional[str]:
-    """A tool on PATH (only when root is the live system: a tree under --root has no runnable tools)."""
+    """A tool on the fixed root-owned PATH (verify.safe_io.command_path), never the caller's PATH;
+    only when root is the live system: a tree under --root has no runnable tools."""
     if root not in ("/", ""):
         return None
-    return shutil.which(name)
+    from verify.safe_io import command_path
+
+    return shutil.which(name, path=command_path())
 
 
 def module_available(name: str) -> bool:

@@ -7,6 +7,7 @@ from typing import Optional
 from verify.bench import peaks
 from verify.bench.common import (
     CANNOT_RUN,
+    ENGINE_CWD,
     Threshold,
     Try,
     broken_measurement,
@@ -127,7 +128,7 @@ def run(spec: Optional[dict], profile: Optional[dict], node, overrides: Optional
     tries_seen = []
 
     def attempt(index: int) -> Try:
-        out = node.run(argv, timeout_s=timeout, env=engine_env())
+        out = node.run(argv, timeout_s=timeout, env=engine_env(), cwd=ENGINE_CWD)
         raw = {"argv": argv, "returncode": out.returncode, "stderr_tail": tail(out.stderr)}
         payload = read_result(out.stdout)
         if out.timed_out:

@@ -14,6 +14,7 @@ from typing import Optional
 
 from verify.bench import peaks
 from verify.bench.common import (
+    ENGINE_CWD,
     Threshold,
     Try,
     broken_measurement,
@@ -190,7 +191,7 @@ def measure(node, engine: str, binary: Optional[str], opts: NcclOptions, gpus: i
     argv = nccl_tests_argv(binary, opts, gpus) if engine == "nccl-tests" else torch_argv(opts, gpus)
     if engine == "torch":
         env = engine_env(env)
-    out = node.run(argv, timeout_s=opts.timeout_s, env=env)
+    out = node.run(argv, timeout_s=opts.timeout_s, env=env, cwd=ENGINE_CWD)
     raw = {
         "argv": argv,
         "returncode": out.returncode,
