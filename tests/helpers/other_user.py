@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -33,7 +32,6 @@ def shared_dir(path: Path) -> Path:
     return path
 
 
-def run_as_other(code: str, **kwargs) -> subprocess.Popen:
-    """Start `python -c code` as the other user (a live process it owns), in /."""
-    return subprocess.Popen([sys.executable, "-I", "-c", code], cwd="/", user=UID, group=GID,
-                            extra_groups=[], **kwargs)
+def run_as_other(script: str, **kwargs) -> subprocess.Popen:
+    """Start `/bin/sh -c script` as the other user (a live process it owns), in /."""
+    return subprocess.Popen(["/bin/sh", "-c", script], cwd="/", user=UID, group=GID, extra_groups=[], **kwargs)
