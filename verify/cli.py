@@ -28,7 +28,9 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--format", default="json,md,html,junit,prom", help=f"comma list of {', '.join(FORMATS)}")
     v.add_argument("--out", default="reports", help="directory for the reports")
     v.add_argument("--bench", default=None,
-                   help="comma list of benchmarks to run (default: what the desired state asks)")
+                   help="quick (the set this node's hardware can run, short sweeps), full (the same set, the "
+                        "profile's long sweeps) or a comma list of nccl, hostcopy, storage, rdma "
+                        "(default: the desired state's verify_benchmarks, [quick])")
     v.add_argument("--no-bench", action="store_true", help="config checks only")
     v.add_argument("--limit", help="with -i: Ansible host pattern")
     v.add_argument("--world-readable", action="store_true",
