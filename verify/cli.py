@@ -1,5 +1,9 @@
 """`tunefleet` command line. Each subcommand's work lives in its own module, imported lazily
-so the node-side path (`verify --local`) needs nothing beyond the standard library."""
+so the node-side path (`verify --local`) needs nothing beyond the standard library.
+
+Exit status of verify and bench: 0 nothing failed, 1 something FAILED, 2 something could not be
+checked (ERROR) or bad input, 128 + signal when interrupted (130 Ctrl-C, 143 SIGTERM).
+"""
 from __future__ import annotations
 
 import argparse
@@ -73,7 +77,34 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from verify.profiles import main as run
     else:
         from verify.local_run import spec_main as run
-    return run(args)
+    if args.command not in ("verify", "bench"):
+        return run(args)
+    return run_interruptible(run, args)
+
+
+def run_interruptible(run, args) -> int:
+    """verify and bench: Ctrl-C or SIGTERM stops the run without a traceback (verify.interrupt).
+
+    A benchmark interrupted mid-run is ERROR "interrupted", the reports/JSON hold what finished,
+    and the exit status is 128 + the signal (130 Ctrl-C, 143 SIGTERM) instead of 0/1/2.
+    """
+    from verify import interrupt
+
+    interrupt.install()
+    try:
+        code = run(args)
+    except KeyboardInterrupt as exc:  # before any result could be kept (config checks, the fleet run)
+        with interrupt.deferred():
+            print(f"tunefleet {args.command}: {interrupt.Interrupted(interrupt.signum_of(exc))}: "
+                  "stopped before any result was kept", file=sys.stderr)
+        return interrupt.exit_status(interrupt.signum_of(exc))
+    signum = interrupt.received()
+    if signum is not None:
+        with interrupt.deferred():
+            print(f"tunefleet {args.command}: {interrupt.Interrupted(signum)}: results above are what finished",
+                  file=sys.stderr)
+        return interrupt.exit_status(signum)
+    return code
 
 
 if __name__ == "__main__":

@@ -41,7 +41,8 @@ def run_command(
     """Run argv; never raises for a missing tool, a non-zero exit or a hang.
 
     The child gets its own process group so a hung benchmark and everything it started
-    are killed together, and the output it printed so far is kept.
+    are killed together, and the output it printed so far is kept. An interrupt (KeyboardInterrupt,
+    SIGTERM turned into one by verify.interrupt) kills that group too, then propagates.
     """
     start = time.monotonic()
     if isinstance(env, CleanEnv):
@@ -53,20 +54,22 @@ def run_command(
 
         full_env = dict(os.environ, PATH=command_path())
         full_env.update(env or {})
+    from verify.interrupt import deferred
+
+    proc = None
     try:
-        proc = subprocess.Popen(
-            list(argv),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            errors="replace",
-            env=full_env,
-            cwd=cwd,
-            start_new_session=True,
-        )
-    except (FileNotFoundError, PermissionError) as exc:
-        return CommandOutput(list(argv), None, "", str(exc), time.monotonic() - start, missing=True)
-    try:
+        # Deferred: a signal landing between fork and the assignment would leave a child no one kills.
+        with deferred():
+            proc = subprocess.Popen(
+                list(argv),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                errors="replace",
+                env=full_env,
+                cwd=cwd,
+                start_new_session=True,
+            )
         out, err = proc.communicate(timeout=timeout_s)
         return CommandOutput(list(argv), proc.returncode, out, err, time.monotonic() - start)
     except subprocess.TimeoutExpired:
@@ -75,3 +78,19 @@ def run_command(
         out, err = proc.communicate()
         elapsed = time.monotonic() - start
         return CommandOutput(list(argv), proc.returncode, out or "", err or "", elapsed, timed_out=True)
+    except (FileNotFoundError, PermissionError) as exc:
+        if proc is not None:
+            raise
+        return CommandOutput(list(argv), None, "", str(exc), time.monotonic() - start, missing=True)
+    except BaseException:
+        # Ctrl-C or SIGTERM (verify.interrupt.Interrupted): the child sits in its own session, so
+        # the terminal's SIGINT never reached it; kill its whole group before the interrupt goes on.
+        if proc is None:
+            raise
+        with deferred():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            for pipe in (proc.stdout, proc.stderr):
+                pipe.close()
+        raise

@@ -229,6 +229,11 @@ def run_benchmarks(
         module = importlib.import_module(FAMILIES[family])
         try:
             results.extend(module.run(spec, profile, node, (overrides or {}).get(family)))
+        except KeyboardInterrupt as exc:  # Ctrl-C/SIGTERM (verify.interrupt): keep what finished, then stop
+            from verify.interrupt import interrupted_rows
+
+            results.extend(interrupted_rows(family, exc, names[names.index(name) + 1 :], seen))
+            return results
         except Exception as exc:  # one broken benchmark must not hide the others' results
             results.append(
                 CheckResult(

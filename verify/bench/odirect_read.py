@@ -65,9 +65,16 @@ def read_direct(path: str, block: int, depth: int, limit: int = 0) -> dict:
 
 
 def make_file(path: str, size: int, block: int = 1 << 20) -> None:
-    """A file of incompressible bytes, flushed to the device so the read hits storage."""
+    """A new file of incompressible bytes, flushed to the device so the read hits storage.
+
+    Runs as root: never opens a name that already exists or is a symlink (O_EXCL|O_NOFOLLOW),
+    and sets the mode on the descriptor, not by name.
+    """
     chunk = os.urandom(block)
-    with open(path, "wb") as handle:
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags, 0o600)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "wb") as handle:
         for _ in range(size // block):
             handle.write(chunk)
         handle.flush()

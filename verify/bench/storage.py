@@ -1,13 +1,22 @@
 """Storage read checks: gdsio (GPU direct vs CPU path) when installed, else cuFile + O_DIRECT.
 
-All reads hit one file. Without `--file` a scratch file is written in `--dir` and removed after,
-so the node is left as it was.
+All reads hit one file. Without `--file` a scratch file is written and removed after (also when
+interrupted), so the node is left as it was. Where it goes (`--dir`, else `scratch_parent`): the
+data disk, i.e. the largest writable file system on a block device of storage_device_patterns
+(the disks the storage role tunes; NVMe namespaces by default), their partitions or md/dm arrays
+built on them, other than /; with none mounted, /var/tmp on the root disk. The report says which.
+
+tunefleet runs as root on shared nodes, so the scratch file is never a fixed name in a directory
+others can write: it lives in a fresh directory (random name, mode 0700, verify.safe_io) made in
+a parent that only root can change (a sticky one such as /var/tmp included), and is created
+O_CREAT|O_EXCL|O_NOFOLLOW. A parent another user could change is refused, naming it.
 """
 
 from __future__ import annotations
 
-import contextlib
+import fnmatch
 import os
+import shutil
 from dataclasses import dataclass
 from typing import Optional
 
@@ -28,6 +37,7 @@ from verify.bench.common import (
     with_retries,
 )
 from verify.bench.gds_parse import parse_gdscheck, parse_gdsio
+from verify.interrupt import deferred
 from verify.profiles import bench_setting, resolve_threshold
 from verify.result import Status
 
@@ -38,8 +48,12 @@ DERIVED_GDS_RATIO = Threshold(
     warn=1.0,
     source="derived: GPU-direct reads should not be slower than the CPU path on the same file (anchors_verify.md 4.6)",
 )
-SCRATCH_NAME = "tunefleet-bench-read.bin"
+SCRATCH_PREFIX = "tunefleet-storage-"
+SCRATCH_NAME = "read.bin"  # inside the fresh 0700 directory, where no one else can plant anything
+FALLBACK_DIR = "/var/tmp"  # no data disk mounted: the root disk's place for large temporary files
+DEFAULT_PATTERNS = ("nvme*n*",)  # storage_device_patterns' default
 SPARE_BYTES = 1 << 30  # never fill a node's disk to the brim for a benchmark
+SCRATCH_REMEDIATION = "use --dir with a directory only root can change (or --file with an existing file)"
 
 
 def free_bytes(directory: str):
@@ -53,7 +67,7 @@ def free_bytes(directory: str):
 @dataclass
 class StorageOptions:
     file: Optional[str] = None
-    dir: str = "/var/tmp"
+    dir: Optional[str] = None  # None: the data disk (scratch_parent)
     size_bytes: int = 4 << 30
     block_bytes: int = 1 << 20
     queue_depth: int = 1
@@ -247,24 +261,95 @@ def run_gdsio(spec, profile, node, opts: StorageOptions, path: str, binary: str)
     return results
 
 
+def data_disk_mounts(node, spec: Optional[dict]) -> list:
+    """Writable file systems on the data disks, one per device: [{"dir", "device", "fstype"}].
+
+    Data disks are the block devices storage_device_patterns names (what the storage role tunes),
+    their partitions, and md/dm devices built on them (a DGX's /raid); read from /sys/block and
+    /proc/self/mountinfo under the node's root.
+    """
+    patterns = list(((spec or {}).get("storage") or {}).get("device_patterns") or DEFAULT_PATTERNS)
+    blocks = node.listdir("/sys/block")
+    disks = [d for d in blocks if any(fnmatch.fnmatch(d, str(p)) for p in patterns)]
+    names = set(disks) | {p for d in disks for p in node.listdir(f"/sys/block/{d}") if p.startswith(d)}
+    for _ in range(3):  # dm on md on nvme: a few layers at most
+        names |= {b for b in blocks if set(node.listdir(f"/sys/block/{b}/slaves")) & names}
+    mounts, devices = [], set()
+    for line in (node.read("/proc/self/mountinfo") or "").splitlines():
+        fields = line.split()
+        if " - " not in line or len(fields) < 6:
+            continue
+        post = line.split(" - ", 1)[1].split()
+        device = node.readlink_name(f"/sys/dev/block/{fields[2]}")
+        options = fields[5].split(",")
+        # root "/" only: a bind mount of a subdirectory is the same disk seen again
+        if device not in names or device in devices or fields[3] != "/" or "ro" in options:
+            continue
+        devices.add(device)
+        mounts.append({"dir": _unescape(fields[4]), "device": device, "fstype": post[0] if post else ""})
+    return mounts
+
+
+def _unescape(path: str) -> str:
+    """mountinfo writes space, tab, newline and backslash as octal escapes."""
+    for code, char in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
+        path = path.replace(code, char)
+    return path
+
+
+def scratch_parent(node, spec: Optional[dict], opts: StorageOptions) -> tuple:
+    """(directory for the scratch file, why that one): --dir, else the data disk with the most free
+    space that only root can change, else /var/tmp."""
+    if opts.dir:
+        return opts.dir, "--dir"
+    from verify.safe_io import check_dir_trusted
+
+    mounts = [m for m in data_disk_mounts(node, spec) if m["dir"] != "/"]
+    refused = []
+    for mount in sorted(mounts, key=lambda m: -(free_bytes(m["dir"]) or 0)):
+        try:
+            check_dir_trusted(mount["dir"])
+        except OSError as exc:
+            refused.append(str(exc))
+            continue
+        return mount["dir"], f"data disk {mount['device']} ({mount['fstype']}) mounted at {mount['dir']}"
+    why = "no data disk (storage_device_patterns) is mounted apart from /"
+    if refused:
+        why = "the data disks' mount points are not safe for root to write in (" + "; ".join(refused) + ")"
+    return FALLBACK_DIR, f"{why}: {FALLBACK_DIR} on the root disk"
+
+
 def run(spec: Optional[dict], profile: Optional[dict], node, overrides: Optional[dict] = None) -> list:
+    """Read one file with each engine. overrides (the `tunefleet bench storage` options, or the
+    default quick set): file, dir, size_bytes, queue_depth, engines, gpu, tries, timeout_s."""
     opts = options_from(profile, overrides)
-    root = getattr(node, "root", "/")
-    path, created = opts.file, False
-    if not path:
-        path = os.path.join(opts.dir, SCRATCH_NAME)
-        room = free_bytes(opts.dir)
-        if room is None or room < opts.size_bytes + SPARE_BYTES:
-            have = "unknown" if room is None else human_bytes(room)
-            return [
-                result(
-                    "bench.storage",
-                    Status.ERROR,
-                    f"{opts.dir} has {have} free; the {human_bytes(opts.size_bytes)}"
-                    f" scratch file needs that plus {human_bytes(SPARE_BYTES)} spare (use --dir or --file)",
-                )
-            ]
-        progress(f"storage: writing a {human_bytes(opts.size_bytes)} scratch file {path}")
+    if opts.file:
+        if not os.path.isfile(opts.file):
+            return [result("bench.storage", Status.ERROR, f"--file {opts.file} does not exist")]
+        return measure(spec, profile, node, opts, opts.file)
+    parent, where = scratch_parent(node, spec, opts)
+    room = free_bytes(parent)
+    if room is None or room < opts.size_bytes + SPARE_BYTES:
+        have = "unknown" if room is None else human_bytes(room)
+        return [
+            result(
+                "bench.storage",
+                Status.ERROR,
+                f"{parent} has {have} free; the {human_bytes(opts.size_bytes)}"
+                f" scratch file needs that plus {human_bytes(SPARE_BYTES)} spare (use --dir or --file)",
+                details={"scratch_dir_chosen": where},
+            )
+        ]
+    from verify.safe_io import make_unique_dir
+
+    try:
+        scratch = make_unique_dir(parent, SCRATCH_PREFIX)
+    except OSError as exc:  # UnsafePathError included: the message names the directory and why
+        return [result("bench.storage", Status.ERROR, f"refusing to write the scratch file: {exc}",
+                       remediation=SCRATCH_REMEDIATION, details={"scratch_dir_chosen": where})]
+    try:
+        path = os.path.join(scratch, SCRATCH_NAME)
+        progress(f"storage: writing a {human_bytes(opts.size_bytes)} scratch file {path} ({where})")
         out = node.run(
             engine_argv(
                 "verify.bench.odirect_read", ["--file", path, "--create-bytes", opts.size_bytes, "--repeat", 0]
@@ -272,9 +357,7 @@ def run(spec: Optional[dict], profile: Optional[dict], node, overrides: Optional
             timeout_s=opts.timeout_s,
             env=engine_env(),
         )
-        created = True
         if not out.ok:
-            _remove(path)
             return [
                 result(
                     "bench.storage",
@@ -282,32 +365,34 @@ def run(spec: Optional[dict], profile: Optional[dict], node, overrides: Optional
                     f"could not write the scratch file {path}: {out.stderr.strip()[-300:] or out.returncode}",
                 )
             ]
-    elif not os.path.isfile(path):
-        return [result("bench.storage", Status.ERROR, f"--file {path} does not exist")]
-    results = []
-    try:
-        gdsio = which("gdsio", root) if "gdsio" in opts.engines else None
-        if gdsio:
-            results.extend(run_gdsio(spec, profile, node, opts, path, gdsio))
-        if "odirect" in opts.engines:
-            results.append(run_odirect(spec, profile, node, opts, path))
-        if "cufile" in opts.engines and not gdsio:
-            if module_available("cuda.bindings") and module_available("torch"):
-                results.append(run_cufile(spec, profile, node, opts, path))
-            else:
-                results.append(
-                    result(
-                        "bench.storage.cufile",
-                        Status.SKIP,
-                        "neither gdsio nor cuda-python's cuFile binding (with torch) is installed",
-                    )
-                )
+        results = measure(spec, profile, node, opts, path)
+        for item in results:
+            item.details["scratch_dir"] = parent
+            item.details["scratch_dir_chosen"] = where
+        return results
     finally:
-        if created:
-            _remove(path)
+        with deferred():  # a Ctrl-C here must not leave GiBs behind
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def measure(spec: Optional[dict], profile: Optional[dict], node, opts: StorageOptions, path: str) -> list:
+    """Every selected engine reads `path`: gdsio where installed, O_DIRECT, cuFile without gdsio."""
+    results = []
+    root = getattr(node, "root", "/")
+    gdsio = which("gdsio", root) if "gdsio" in opts.engines else None
+    if gdsio:
+        results.extend(run_gdsio(spec, profile, node, opts, path, gdsio))
+    if "odirect" in opts.engines:
+        results.append(run_odirect(spec, profile, node, opts, path))
+    if "cufile" in opts.engines and not gdsio:
+        if module_available("cuda.bindings") and module_available("torch"):
+            results.append(run_cufile(spec, profile, node, opts, path))
+        else:
+            results.append(
+                result(
+                    "bench.storage.cufile",
+                    Status.SKIP,
+                    "neither gdsio nor cuda-python's cuFile binding (with torch) is installed",
+                )
+            )
     return results
-
-
-def _remove(path: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
