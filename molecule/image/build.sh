@@ -33,9 +33,11 @@ if [ "$(id -u)" != 0 ]; then
     exit 1
 fi
 
-# Scenarios run in parallel with the fleet scenario: one build, the others wait for it.
-lock="${XDG_RUNTIME_DIR:-/tmp}/tunefleet-molecule-image.lock"
-exec 9>"$lock"
+# Scenarios run in parallel with the fleet scenario: one build, the others wait for it. The lock
+# lives in /run, which only root can write (we are root, checked above): a fixed name in /tmp
+# could be another user's symlink, and root would truncate what it points at.
+lock=/run/tunefleet-molecule-image.lock
+exec 9>>"$lock"
 flock 9
 
 # Bump when the recipe below changes, so every machine rebuilds its cached image once.
@@ -47,15 +49,16 @@ if ! $force && podman image exists "$image" \
 fi
 
 rootfs="$(mktemp -d "${TMPDIR:-/tmp}/tunefleet-rootfs.XXXXXX")"
+buildlog="$(mktemp "${TMPDIR:-/tmp}/tunefleet-rootfs-log.XXXXXX")"  # made by mktemp, never a guessable name
 trap 'rm -rf "$rootfs"' EXIT
 
 echo "molecule image: debootstrap $suite into $rootfs"
-debootstrap --variant=minbase --include="$packages" "$suite" "$rootfs" >"$rootfs.log" 2>&1 || {
-    tail -n 30 "$rootfs.log" >&2
-    echo "molecule image: debootstrap failed (full log: $rootfs.log)" >&2
+debootstrap --variant=minbase --include="$packages" "$suite" "$rootfs" >"$buildlog" 2>&1 || {
+    tail -n 30 "$buildlog" >&2
+    echo "molecule image: debootstrap failed (full log: $buildlog)" >&2
     exit 1
 }
-rm -f "$rootfs.log"
+rm -f "$buildlog"
 
 # A privileged container shares /proc/sys and /sys with the CI machine, so its boot must not
 # apply anything host-wide: the udev coldplug would run every vendor rule against the host's

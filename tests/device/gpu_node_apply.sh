@@ -3,22 +3,26 @@
 # report changed=0), verify before and after, then restore and verify the node is back.
 # Expects .whl/ with ansible-core + its pure-Python needs and collections.tar.gz (carried in).
 set -uo pipefail
-out=${OUT:-/tmp/tunefleet-gpu-node}
+# Runs as root: every scratch path is a fresh mktemp directory, never a fixed name in /tmp that
+# another user could have made first (their site-packages would then run as root).
+out=${OUT:-$(mktemp -d)}
 log=$(mktemp -d)
+site=$(mktemp -d)
+collections=$(mktemp -d)
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1 ANSIBLE_FORCE_COLOR=0
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 3
-export PYTHONPATH=/tmp/site
-mkdir -p /tmp/collections/ansible_collections/tunefleet
-tar -C /tmp/collections/ansible_collections -xzf .whl/collections.tar.gz
-ln -sfn "$PWD" /tmp/collections/ansible_collections/tunefleet/gpu_node
-export ANSIBLE_COLLECTIONS_PATH=/tmp/collections ANSIBLE_CONFIG=$PWD/ansible.cfg
-playbook=(python3 /tmp/site/bin/ansible-playbook -i inventory/local -e @tests/device/gpu_node_vars.yml)
+python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" .whl/*.whl || exit 3
+export PYTHONPATH=$site
+mkdir -p "$collections/ansible_collections/tunefleet"
+tar -C "$collections/ansible_collections" -xzf .whl/collections.tar.gz
+ln -sfn "$PWD" "$collections/ansible_collections/tunefleet/gpu_node"
+export ANSIBLE_COLLECTIONS_PATH=$collections ANSIBLE_CONFIG=$PWD/ansible.cfg
+playbook=(python3 "$site/bin/ansible-playbook" -i inventory/local -e @tests/device/gpu_node_vars.yml)
 verify=(python3 -m verify verify --local --vars tests/device/gpu_node_vars.yml --profile h200-x2-nvlink --no-bench)
 
 step() { echo "=== $1"; shift; "$@"; echo "=== rc=$?"; }
 {
-  step "versions" python3 /tmp/site/bin/ansible-playbook --version
+  step "versions" python3 "$site/bin/ansible-playbook" --version
   step "snapshot before" python3 -m tests.helpers.snapshot "$log/gpu_h200" --spec tests/fixtures/node/gpu_machine_desired.json
   step "verify before" "${verify[@]}" --out "$log/before" --format json,md,junit,prom,html
   step "check mode" "${playbook[@]}" playbooks/site.yml --check --diff

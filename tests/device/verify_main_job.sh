@@ -2,7 +2,7 @@
 # verify's main job on a GPU machine (issue 12): `tunefleet verify --local` with no argument, then the
 # faults it must catch, then the built-in all-reduce against nccl-tests through verify.
 #
-#   bash tests/device/verify_main_job.sh          # writes $OUT/verify_main_job.tar.gz (or /tmp/...)
+#   bash tests/device/verify_main_job.sh          # writes $OUT/verify_main_job.tar.gz (or a new mktemp dir)
 #
 # (a) `verify --local`, no argument: the quick set, timed (target <= 60 s on 2x H200)
 # (b) the same with NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1: must FAIL naming the socket fallback (2+ GPUs)
@@ -15,7 +15,7 @@
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 export PYTHONPATH=$PWD
-out=${OUT:-/tmp/tunefleet-verify-main-job}
+out=${OUT:-$(mktemp -d)}  # runs as root: never a fixed name in /tmp
 mkdir -p "$out"
 work=$(mktemp -d /tmp/tunefleet-main-job.XXXXXX)
 chmod 700 "$work"

@@ -16,6 +16,8 @@ import hashlib
 import json
 import os
 import re
+import secrets
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -125,9 +127,16 @@ def file_digests(roots: List[str]) -> Dict[str, str]:
 
 
 def _digest(path: str) -> str:
+    """sha256 of a file anyone may read; of a secret one (shadow, gshadow, SSH host keys, anything
+    not world-readable) only what ls shows: the snapshot is a report file, and a digest of a short
+    secret can be brute-forced."""
     if os.path.islink(path):
         return "link:" + os.readlink(path)
     try:
+        st = os.stat(path)
+        if not st.st_mode & stat.S_IROTH:
+            return f"secret: mode {stat.S_IMODE(st.st_mode):04o} uid {st.st_uid} gid {st.st_gid} size {st.st_size}" \
+                   f" mtime {st.st_mtime_ns}"
         with open(path, "rb") as handle:
             return hashlib.sha256(handle.read()).hexdigest()
     except OSError as exc:
@@ -193,6 +202,21 @@ def split_drift(lines: List[str], allowed: List[str]) -> tuple:
     return [line for line in lines if line not in tolerated], tolerated
 
 
+def write_new(path: str, text: str) -> None:
+    """Root writes the snapshot (make demo: into the checkout's reports/): a new file of a random
+    name (O_EXCL|O_NOFOLLOW, 0600), renamed over `path`, so no symlink planted there is followed."""
+    temp = os.path.join(os.path.dirname(os.path.abspath(path)), f".{os.path.basename(path)}.{secrets.token_hex(6)}")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(temp, path)
+    except BaseException:
+        if os.path.lexists(temp):
+            os.unlink(temp)
+        raise
+
+
 def load(path: str) -> dict:
     try:
         return json.loads(Path(path).read_text(encoding="utf-8"))
@@ -222,7 +246,7 @@ def main(argv: List[str] | None = None) -> int:
             blocks, file_roots = blocks + selection["block"], file_roots + selection["files"]
         data = snapshot(blocks, file_roots, args.host)
         Path(args.path).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.path).write_text(json.dumps(data, indent=1, sort_keys=True), encoding="utf-8")
+        write_new(args.path, json.dumps(data, indent=1, sort_keys=True))
         print(f"saved {sum(len(v) for v in data['state'].values())} values to {args.path}")
         return 0
 
