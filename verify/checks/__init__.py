@@ -37,6 +37,7 @@ REGISTRY = {
     "health.pcie": ("health", "verify.checks.health_pcie:run"),
     "health.nvlink": ("health", "verify.checks.health_nvlink:run"),
     "health.ib": ("health", "verify.checks.health_ib:run"),
+    "health.topology": ("health", "verify.checks.health_topology:run"),
 }
 
 

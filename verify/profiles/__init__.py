@@ -90,7 +90,28 @@ def validate_profile(data: Any, origin: str) -> dict:
             raise ProfileError(f"profile {origin}: no source for {key!r}")
     if "vars" in data and not isinstance(data["vars"], dict):
         raise ProfileError(f"profile {origin}: 'vars' must be a mapping of role variables")
+    _check_topology(data, origin)
     return data
+
+
+TOPOLOGY_WANTS = ("pcie_switch", "numa", None)
+
+
+def _check_topology(data: dict, origin: str) -> None:
+    """"topology": {"gpu_hca_same": "pcie_switch" | "numa" | null} (verify/checks/health_topology.py),
+    with a source when it asks for anything."""
+    block = data.get("topology")
+    if block is None:
+        return
+    if not isinstance(block, dict) or set(block) - {"gpu_hca_same"}:
+        raise ProfileError(f"profile {origin}: 'topology' must be a mapping with only 'gpu_hca_same', "
+                           f"got {block!r:.80}")
+    wanted = block.get("gpu_hca_same")
+    if wanted not in TOPOLOGY_WANTS:
+        raise ProfileError(f"profile {origin}: topology.gpu_hca_same {wanted!r:.40} must be "
+                           "'pcie_switch', 'numa' or null")
+    if wanted and not str(data["sources"].get("topology", "")).strip():
+        raise ProfileError(f"profile {origin}: no source for 'topology'")
 
 
 def _limit(value: Any, key: str, name: str, origin: str) -> float:
