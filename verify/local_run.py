@@ -113,12 +113,14 @@ def run_benchmarks(spec: dict, node: Node, facts: dict, names: Optional[list], r
     """
     record = {} if record is None else record
     if not node.is_live:
-        return [CheckResult("bench", "verify", Status.SKIP, reason="benchmarks run on the live node only (--root)")]
+        record["reason"] = "benchmarks run on the live node only (--root)"
+        return [CheckResult("bench", "verify", Status.SKIP, reason=record["reason"])]
     try:
         from verify.bench import run_benchmarks as bench
         from verify.bench.hardware import detect
     except ImportError as exc:
-        return [CheckResult("bench", "verify", Status.SKIP, reason=f"verify.bench is not available ({exc})")]
+        record["reason"] = f"verify.bench is not available ({exc})"
+        return [CheckResult("bench", "verify", Status.SKIP, reason=record["reason"])]
     start = time.perf_counter()
     try:
         profile, how = choose_profile(spec, facts, node)
