@@ -7,6 +7,7 @@ Standard library only: this runs on the node's own python3.
 """
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import glob
 import json
@@ -14,6 +15,8 @@ import os
 import re
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
+
+from ansible_collections.tunefleet.gpu_node.plugins.module_utils.block_devices import skip_reason
 
 MTU_MIN, MTU_MAX = 68, 65535
 REBOOT_POLICIES = ("never", "if_needed")
@@ -29,6 +32,9 @@ GOVERNORS = "/sys/devices/system/cpu/cpu[0-9]*/cpufreq/scaling_available_governo
 IpDetails = Callable[[str], Optional[str]]
 
 
+NO_VALUE = object()  # a Problem about a variable's name, not its value
+
+
 @dataclass(frozen=True)
 class Problem:
     variable: str
@@ -36,6 +42,8 @@ class Problem:
     reason: str
 
     def message(self, host: str) -> str:
+        if self.value is NO_VALUE:
+            return f"host {host}: {self.variable}: {self.reason}"
         return f"host {host}: {self.variable} = {self.value!r}: {self.reason}"
 
 
@@ -131,6 +139,58 @@ def _shape_problem(current: Optional[str], value: Any) -> Optional[str]:
     return None
 
 
+INT_MAX = 2**31 - 1
+# What the kernel refuses with EINVAL (measured on the CI VM, Linux 6.18, with `sysctl -w`; the
+# net.* ones in a fresh network namespace, the others refused values only):
+#   key -> (integers it holds, lowest, highest) per integer.
+# The socket buffer minimums are SOCK_MIN_RCVBUF/SNDBUF, 2048/4096 plus an skb's size (2304/4608
+# there): the bare 2048/4096 are refused on every kernel. swappiness 0..200 since Linux 5.8.
+SYSCTL_RANGES = {
+    "net.ipv4.ip_local_port_range": (2, 1, 65535),
+    "net.ipv4.tcp_rmem": (3, 1, INT_MAX),
+    "net.ipv4.tcp_wmem": (3, 1, INT_MAX),
+    "net.ipv4.tcp_mtu_probing": (1, 0, 255),
+    "net.core.somaxconn": (1, 0, INT_MAX),
+    "net.core.rmem_max": (1, 2048, INT_MAX),
+    "net.core.rmem_default": (1, 2048, INT_MAX),
+    "net.core.wmem_max": (1, 4096, INT_MAX),
+    "net.core.wmem_default": (1, 4096, INT_MAX),
+    "net.core.netdev_max_backlog": (1, -INT_MAX - 1, INT_MAX),
+    "net.ipv4.neigh.default.gc_thresh1": (1, 0, INT_MAX),
+    "net.ipv4.neigh.default.gc_thresh2": (1, 0, INT_MAX),
+    "net.ipv4.neigh.default.gc_thresh3": (1, 0, INT_MAX),
+    "vm.swappiness": (1, 0, 200),
+    "vm.max_map_count": (1, 0, INT_MAX),
+    "vm.zone_reclaim_mode": (1, 0, INT_MAX),
+    "kernel.numa_balancing": (1, 0, 4),
+}
+PORT_FLOOR_KEY = "net.ipv4.ip_unprivileged_port_start"
+
+
+def sysctl_range_problem(root: str, key: str, value: Any, settings: Dict[str, Any]) -> Optional[str]:
+    """Why the kernel would refuse this value of a key it has, or None (unknown keys pass)."""
+    if key not in SYSCTL_RANGES:
+        return None
+    count, low, high = SYSCTL_RANGES[key]
+    fields = str(value).split()
+    if len(fields) != count or not all(re.fullmatch(r"-?[0-9]+", f) for f in fields):
+        return f"this key holds {count} integer(s)"
+    numbers = [int(f) for f in fields]
+    outside = [n for n in numbers if not low <= n <= high]
+    if outside:
+        return f"{outside[0]} is outside {low}..{high}, which the kernel refuses"
+    if key == "net.ipv4.ip_local_port_range":
+        first, last = numbers
+        if first > last:
+            return f"the first port {first} is above the last {last}, which the kernel refuses"
+        # The kernel also refuses a range reaching below the unprivileged port start (1024 by default).
+        floor = as_int(settings.get(PORT_FLOOR_KEY, _read(root, sysctl_path(PORT_FLOOR_KEY))))
+        if floor is not None and first < floor:
+            return (f"the first port {first} is below {PORT_FLOOR_KEY} ({floor}), which the kernel refuses; "
+                    f"start at {floor} or above")
+    return None
+
+
 def congestion_control_offered(root: str, name: str) -> bool:
     available = choices(_read(root, "/proc/sys/net/ipv4/tcp_available_congestion_control") or "")
     if name in available:
@@ -167,6 +227,8 @@ def check_sysctl(root: str, variables: Dict[str, Any]) -> List[Problem]:
         reason = _sysctl_value_problem(value) or _sysctl_writable(root, key)
         if reason is None:
             reason = _shape_problem(_read(root, sysctl_path(key)), value)
+        if reason is None:
+            reason = sysctl_range_problem(root, key, value, {k: v for k, (_, v) in merged.items()})
         if reason is None and key == "net.ipv4.tcp_congestion_control" and not congestion_control_offered(root, value):
             offered = _read(root, "/proc/sys/net/ipv4/tcp_available_congestion_control")
             reason = f"not available here (tcp_available_congestion_control: {offered!r}; no tcp_{value} module)"
@@ -184,12 +246,13 @@ def max_mtu_from_ip(output: str) -> Optional[int]:
     if text.startswith("["):
         try:
             links = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # `ip -j` output cut short or of an unexpected shape
             return None
-        value = links[0].get("max_mtu") if links else None
+        first = links[0] if isinstance(links, list) and links else None
+        value = first.get("max_mtu") if isinstance(first, dict) else None
         return value if is_plain_int(value) else None
     found = _MAXMTU_TEXT.search(text)
-    return int(found.group(1)) if found else None
+    return int(found.group(1)) if found and len(found.group(1)) <= 9 else None
 
 
 def mtu_problem(value: Any, max_mtu: Optional[int] = None) -> Optional[str]:
@@ -252,7 +315,38 @@ def matched_block_devices(root: str, patterns: List[str]) -> List[str]:
         devices = sorted(os.listdir(_path(root, "/sys/block")))
     except OSError:
         return []
-    return [d for d in devices if any(fnmatch.fnmatch(d, p) for p in patterns)]
+    return [d for d in devices if any(fnmatch.fnmatchcase(d, p) for p in patterns)]
+
+
+def is_glob(pattern: str) -> bool:
+    return any(c in pattern for c in "*?[")
+
+
+def _usable(root: str, names: List[str]) -> List[str]:
+    """The names the storage role would tune (block_devices.skip_reason: no partitions, no
+    empty loop devices, ...)."""
+    return [n for n in names if skip_reason(_path(root, f"/sys/block/{n}")) is None]
+
+
+def device_pattern_problems(root: str, patterns: List[str], allow_no_match: bool) -> List[Problem]:
+    """A name without * ? [ is a device that must be here; a glob must match one unless allowed."""
+    problems: List[Problem] = []
+    for pattern in patterns:
+        matched = matched_block_devices(root, [pattern])
+        usable = _usable(root, matched)
+        if usable:
+            continue
+        if not is_glob(pattern):
+            why = (f"{pattern} cannot be tuned: {skip_reason(_path(root, f'/sys/block/{pattern}'))}" if matched
+                   else "no such block device on this host (/sys/block)")
+            problems.append(Problem("storage_device_patterns", pattern, why))
+        elif not allow_no_match:
+            present = _usable(root, matched_block_devices(root, ["*"]))
+            problems.append(Problem("storage_device_patterns", pattern,
+                                    f"matches no block device on this host (it has: {', '.join(present) or 'none'}); "
+                                    "set storage_allow_no_match: true where that is expected, "
+                                    "or storage_enabled: false"))
+    return problems
 
 
 def check_storage(root: str, variables: Dict[str, Any]) -> List[Problem]:
@@ -262,6 +356,12 @@ def check_storage(root: str, variables: Dict[str, Any]) -> List[Problem]:
         patterns = []
     if not isinstance(patterns, list) or not all(isinstance(p, str) and p for p in patterns):
         return [Problem("storage_device_patterns", patterns, "must be a list of glob patterns such as 'nvme*n*'")]
+    allow_no_match = as_bool(variables.get("storage_allow_no_match", False))
+    if allow_no_match is None:
+        problems.append(Problem("storage_allow_no_match", variables["storage_allow_no_match"],
+                                "must be true or false"))
+        allow_no_match = True  # judged above; no second verdict on the patterns
+    problems.extend(device_pattern_problems(root, patterns, allow_no_match))
     read_ahead = variables.get("storage_read_ahead_kb")
     if read_ahead is not None and (as_int(read_ahead) is None or as_int(read_ahead) < 0):
         problems.append(Problem("storage_read_ahead_kb", read_ahead, "must be a non-negative integer (KiB)"))
@@ -404,6 +504,29 @@ def check_reboot(variables: Dict[str, Any]) -> List[Problem]:
     return [Problem("tunefleet_reboot_policy", policy, f"must be one of {', '.join(REBOOT_POLICIES)}")]
 
 
+# ---------------------------------------------------------------- variable names
+
+# The prefixes of the roles' variables (docs/architecture.md): a name with one of them that no
+# argument spec knows is a typo or a leftover, and would be silently ignored.
+ROLE_PREFIXES = ("sysctl_", "network_", "storage_", "gpu_", "memory_", "limits_", "cpu_", "reboot_",
+                 "preflight_", "verify_", "tunefleet_")
+# Facts the roles set for each other while they run (the reboot role reads them).
+ROLE_OUTPUTS = re.compile(r"^([a-z]+_reboot_(required|reason)|reboot_rebooted)$")
+
+
+def check_variable_names(defined: List[str], known: List[str]) -> List[Problem]:
+    """Every defined variable with a role prefix must be an option of some role's argument spec."""
+    problems: List[Problem] = []
+    known_set = set(known)
+    for name in sorted(set(defined)):
+        if not name.startswith(ROLE_PREFIXES) or name in known_set or ROLE_OUTPUTS.match(name):
+            continue
+        close = difflib.get_close_matches(name, sorted(known_set), n=1, cutoff=0.75)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        problems.append(Problem(name, NO_VALUE, f"no tunefleet role has this variable, so it would be ignored{hint}"))
+    return problems
+
+
 # ---------------------------------------------------------------- all of it
 
 ROLE_CHECKS = {
@@ -417,9 +540,12 @@ ROLE_CHECKS = {
 }
 
 
-def preflight(root: str, variables: Dict[str, Any], roles: List[str], ip_details: IpDetails) -> List[Problem]:
-    """Every problem with the inputs of the roles that will run, for this host."""
-    problems = check_reboot(variables)
+def preflight(root: str, variables: Dict[str, Any], roles: List[str], ip_details: IpDetails,
+              defined_names: Optional[List[str]] = None, known_names: Optional[List[str]] = None) -> List[Problem]:
+    """Every problem with the inputs of the roles that will run, for this host; and, when the
+    known names are given, every role-prefixed variable no role knows (whatever roles run)."""
+    problems = check_variable_names(defined_names or [], known_names) if known_names else []
+    problems += check_reboot(variables)
     for role in roles:
         if role not in ROLE_CHECKS:
             continue

@@ -13,6 +13,12 @@ description:
     C(network_mtu) (68..65535), that matched block devices offer C(storage_scheduler), that the CPU
     governor and THP modes are offered, that limits fit C(fs.nr_open), and, when
     C(preflight_require_gpu_driver) is true, that an NVIDIA driver is loaded.
+  - Refuses a storage device named without a glob that is not on the host, and a glob in
+    C(storage_device_patterns) that matches no device unless C(storage_allow_no_match) is true;
+    sysctl values the kernel would refuse for the keys the roles set (ranges, the order of
+    C(net.ipv4.ip_local_port_range) and its floor C(net.ipv4.ip_unprivileged_port_start)); and,
+    given O(known_names), every name in O(defined_names) with a role prefix that no argument spec
+    knows, with the closest known name.
   - Reads only; never changes the host. Fails with one message per problem, each naming the host,
     the variable and the value.
 version_added: "0.1.0"
@@ -34,6 +40,16 @@ options:
     description: Tree holding C(/proc), C(/sys) and C(/lib/modules); only tests change it.
     type: path
     default: /
+  defined_names:
+    description: Names of every variable defined for this host (the role passes C(query('varnames', ...))).
+    type: list
+    elements: str
+    default: []
+  known_names:
+    description: Every option of every role's C(meta/argument_specs.yml); empty skips the name check.
+    type: list
+    elements: str
+    default: []
 author: tunefleet developers
 """
 
@@ -81,11 +97,15 @@ def main() -> None:
             roles=dict(type="list", elements="str",
                        default=["sysctl", "network", "storage", "gpu", "memory", "limits", "cpu"]),
             root=dict(type="path", default="/"),
+            defined_names=dict(type="list", elements="str", default=[]),
+            known_names=dict(type="list", elements="str", default=[]),
         ),
         supports_check_mode=True,
     )
     p = module.params
-    problems = [x.message(p["host"]) for x in preflight(p["root"], p["variables"], p["roles"], make_ip_details(module))]
+    found = preflight(p["root"], p["variables"], p["roles"], make_ip_details(module),
+                      p["defined_names"], p["known_names"])
+    problems = [x.message(p["host"]) for x in found]
     if problems:
         module.fail_json(msg="preflight refused this host, nothing was changed:\n" + "\n".join(problems),
                          problems=problems)

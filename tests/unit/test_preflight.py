@@ -34,13 +34,17 @@ def build_host(root: Path, cpufreq: bool = True) -> Path:
     put("/proc/sys/net/ipv4/tcp_available_congestion_control", fixture("tcp_available_congestion_control"), 0o444)
     put("/proc/sys/net/ipv4/conf/all/rp_filter", "2\n")
     put("/proc/sys/vm/swappiness", "60\n")
+    put("/proc/sys/net/ipv4/ip_local_port_range", "32768\t60999\n")
+    put("/proc/sys/net/ipv4/ip_unprivileged_port_start", "1024\n")
     put("/proc/sys/kernel/ngroups_max", fixture("ngroups_max"), 0o444)
     put("/proc/sys/kernel/osrelease", fixture("osrelease"), 0o444)
     put("/proc/sys/fs/nr_open", fixture("nr_open"))
     for name in ("lo", "v0"):
         (root / "sys/class/net" / name).mkdir(parents=True)
     put("/sys/block/nvme0n1/queue/scheduler", fixture("vda_scheduler"))
+    put("/sys/block/nvme0n1/size", "7501476528\n")  # sectors: a 3.84 TB namespace
     put("/sys/block/loop0/queue/scheduler", fixture("loop0_scheduler"))
+    put("/sys/block/loop0/size", "0\n")  # no file attached: not a device to tune
     (root / "sys/kernel/mm/hugepages/hugepages-2048kB").mkdir(parents=True)
     (root / "sys/devices/system/node/node0/hugepages/hugepages-2048kB").mkdir(parents=True)
     put("/sys/kernel/mm/transparent_hugepage/enabled", fixture("thp_enabled"))
@@ -118,6 +122,20 @@ REFUSALS = [
     ({"network_interface_match": {"vendor": "mlx"}}, "network_interface_match = {'vendor': 'mlx'}: must be"),
     ({"storage_scheduler": "cfq"}, "storage_scheduler = 'cfq': /dev/nvme0n1 does not offer it"),  # pre-blk-mq name
     ({"storage_read_ahead_kb": -1}, "storage_read_ahead_kb = -1: must be a non-negative integer"),
+    ({"storage_device_patterns": ["nvme*n*", "nvme9n1"]}, "storage_device_patterns = 'nvme9n1': no such block device"),
+    ({"storage_device_patterns": ["loop0"]}, "storage_device_patterns = 'loop0': loop0 cannot be tuned: no medium"),
+    ({"storage_device_patterns": ["nvme*n*", "sd*"]},
+     "storage_device_patterns = 'sd*': matches no block device on this host (it has: nvme0n1)"),
+    ({"storage_allow_no_match": "maybe"}, "storage_allow_no_match = 'maybe': must be true or false"),
+    ({"sysctl_settings": {"net.ipv4.ip_local_port_range": "3000 2000"}},
+     "ip_local_port_range'] = '3000 2000': the first port 3000 is above the last 2000, which the kernel refuses"),
+    ({"sysctl_settings": {"net.ipv4.ip_local_port_range": "2048 65536"}},
+     "ip_local_port_range'] = '2048 65536': 65536 is outside 1..65535"),
+    ({"sysctl_settings": {"net.ipv4.ip_local_port_range": "1000 2000"}},
+     "'1000 2000': the first port 1000 is below net.ipv4.ip_unprivileged_port_start (1024)"),
+    ({"sysctl_extra_settings": {"net.ipv4.tcp_rmem": "0 87380 268435456"}}, "0 is outside 1..2147483647"),
+    ({"sysctl_settings": {"vm.swappiness": 201}}, "vm.swappiness'] = 201: 201 is outside 0..200"),
+    ({"sysctl_settings": {"net.core.rmem_max": 2147483648}}, "2147483648 is outside 2048..2147483647"),
     ({"memory_hugepages_1g": 4}, "memory_hugepages_1g = 4: this host's kernel/CPU has no hugepages-1048576kB"),
     ({"memory_hugepages_2m_per_node": {1: 64}}, "memory_hugepages_2m_per_node[1] = 64: this host has no NUMA node 1"),
     ({"memory_thp_enabled": "sometimes"}, "memory_thp_enabled = 'sometimes': not offered here"),
@@ -174,10 +192,15 @@ def test_without_ip_the_mtu_range_is_still_checked(tmp_path):
     assert [p.variable for p in problems] == ["network_mtu"]
 
 
-def test_a_host_without_the_hardware_is_not_refused(tmp_path):
+def test_a_host_without_the_hardware_is_not_refused_where_the_inventory_says_so(tmp_path):
     root = build_host(tmp_path, cpufreq=False)
     shutil.rmtree(root / "sys/block/nvme0n1")
-    assert judge(root, storage_scheduler="bfq", cpu_governor="schedutil") == []
+    assert judge(root, storage_scheduler="bfq", cpu_governor="schedutil", storage_allow_no_match=True) == []
+    # Without saying so, a glob that matches nothing is a mistake until proven otherwise.
+    problems = judge(root, storage_scheduler="bfq", cpu_governor="schedutil")
+    assert problems == ["host gpu01: storage_device_patterns = 'nvme*n*': matches no block device on this host "
+                        "(it has: none); set storage_allow_no_match: true where that is expected, "
+                        "or storage_enabled: false"]
 
 
 def test_a_congestion_control_with_an_installed_module_is_accepted(tmp_path):
@@ -216,3 +239,53 @@ def test_extra_vars_strings_are_read_as_ansible_reads_them(tmp_path):
     assert [p.split(":")[1].strip() for p in judge(root, network_mtu="99999")] == ["network_mtu = '99999'"]
     problems = judge(root, preflight_require_gpu_driver="yes")
     assert len(problems) == 1 and "no NVIDIA driver" in problems[0]
+
+
+def test_the_port_floor_set_in_the_same_run_is_the_one_judged(tmp_path):
+    settings = {"net.ipv4.ip_unprivileged_port_start": 1000, "net.ipv4.ip_local_port_range": "1000 2000"}
+    put = build_host(tmp_path)
+    assert judge(put, sysctl_extra_settings=settings) == []
+
+
+def test_a_named_device_that_is_there_and_a_matching_glob_pass(tmp_path):
+    assert judge(build_host(tmp_path), storage_device_patterns=["nvme0n1", "nvme*"]) == []
+
+
+def known_names() -> list:
+    """Every option of every role's argument spec, read as roles/preflight/vars/main.yml reads them."""
+    import yaml
+
+    names = []
+    for spec in sorted(REPO.glob("roles/*/meta/argument_specs.yml")):
+        for entry in yaml.safe_load(spec.read_text())["argument_specs"].values():
+            names += list(entry.get("options") or {})
+    return names
+
+
+def test_a_role_prefixed_name_no_spec_knows_is_refused_with_the_closest_known_name():
+    defined = ["memory_hugepage_2m", "storage_read_ahead", "sysctl_settings", "ansible_host", "network_mtu",
+               "memory_reboot_required", "reboot_rebooted", "tunefleet_reboot_serial", "gpu_frobnicate"]
+    problems = [p.message("gpu01") for p in pf.check_variable_names(defined, known_names())]
+    assert problems == [
+        "host gpu01: gpu_frobnicate: no tunefleet role has this variable, so it would be ignored",
+        "host gpu01: memory_hugepage_2m: no tunefleet role has this variable, so it would be ignored; "
+        "did you mean memory_hugepages_2m?",
+        "host gpu01: storage_read_ahead: no tunefleet role has this variable, so it would be ignored; "
+        "did you mean storage_read_ahead_kb?",
+    ]
+
+
+def test_every_role_default_is_a_known_name():
+    import yaml
+
+    known = set(known_names())
+    for defaults in sorted(REPO.glob("roles/*/defaults/main.yml")):
+        missing = set(yaml.safe_load(defaults.read_text()) or {}) - known
+        assert not missing, f"{defaults}: {sorted(missing)} not in any argument spec: preflight would refuse them"
+
+
+def test_names_are_judged_only_when_the_known_ones_are_given(tmp_path):
+    root = build_host(tmp_path)
+    assert pf.preflight(str(root), GOOD, ALL_ROLES, captured_ip, ["memory_hugepage_2m"], []) == []
+    found = pf.preflight(str(root), GOOD, ALL_ROLES, captured_ip, ["memory_hugepage_2m"], known_names())
+    assert [p.variable for p in found] == ["memory_hugepage_2m"]

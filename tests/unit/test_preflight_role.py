@@ -50,6 +50,10 @@ HOSTS = {
     "bad-gov": "cpu_governor: ondemand",
     "bad-gpu": "preflight_require_gpu_driver: true",
     "bad-choice": "network_persist_backend: bogus",  # caught by the network role's own argument spec
+    "bad-name": "memory_hugepage_2m: 512",  # a typo of memory_hugepages_2m: no role would read it
+    "bad-disk": "storage_device_patterns: [nvme7n1]",
+    "bad-glob": "storage_device_patterns: ['sd*']",
+    "bad-ports": "sysctl_extra_settings: {net.ipv4.ip_local_port_range: '3000 2000'}",
 }
 
 
@@ -95,6 +99,12 @@ def test_each_refused_host_is_unchanged_and_named_with_its_variable(tmp_path):
         "bad-gov": "host bad-gov: cpu_governor = 'ondemand': cpu0 does not offer it",
         "bad-gpu": "host bad-gpu: preflight_require_gpu_driver = True: no NVIDIA driver",
         "bad-choice": "network_persist_backend must be one of",
+        "bad-name": "host bad-name: memory_hugepage_2m: no tunefleet role has this variable, so it would be "
+                    "ignored; did you mean memory_hugepages_2m?",
+        "bad-disk": "host bad-disk: storage_device_patterns = 'nvme7n1': no such block device on this host",
+        "bad-glob": "host bad-glob: storage_device_patterns = 'sd*': matches no block device on this host",
+        "bad-ports": "host bad-ports: sysctl_extra_settings['net.ipv4.ip_local_port_range'] = '3000 2000': "
+                     "the first port 3000 is above the last 2000",
     }
     for host, words in expected.items():
         assert words in output, f"{host}: {words!r} not in output"
@@ -113,3 +123,10 @@ def test_with_tags_only_the_selected_roles_are_judged(tmp_path):
     # Variables of roles that will not run do not stop a host.
     for host in ("bad-bool", "bad-gov", "bad-sched"):
         assert after[host] != before[host], f"{host} was refused for a role that --tags network does not run"
+
+
+def test_the_roles_whose_specs_preflight_reads_are_every_role_with_a_spec():
+    import yaml
+
+    listed = yaml.safe_load((REPO / "roles/preflight/vars/main.yml").read_text())["__preflight_spec_roles"]
+    assert sorted(listed) == sorted(p.parts[-3] for p in REPO.glob("roles/*/meta/argument_specs.yml"))
