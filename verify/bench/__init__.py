@@ -24,6 +24,7 @@ FAMILIES = {
     "rdma": "verify.bench.perftest",
     "storage": "verify.bench.storage",
     "hostcopy": "verify.bench.hostcopy",
+    "dcgm": "verify.bench.dcgm",  # only when named: never in the quick/full set (hardware_set)
 }
 ALIASES = {
     "nccl_allreduce": "nccl",
@@ -120,7 +121,8 @@ def option_types(family: str) -> dict:
     if family == "hostcopy":
         return dict(HOSTCOPY_OPTIONS)
     module = importlib.import_module(FAMILIES[family])
-    options_class = {"nccl": "NcclOptions", "storage": "StorageOptions", "rdma": "PerftestOptions"}[family]
+    options_class = {"nccl": "NcclOptions", "storage": "StorageOptions", "rdma": "PerftestOptions",
+                     "dcgm": "DcgmOptions"}[family]
     return {f.name: str(f.type) for f in fields(getattr(module, options_class))}
 
 

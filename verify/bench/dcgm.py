@@ -1,0 +1,91 @@
+"""DCGM diagnostics (`dcgmi diag -r LEVEL -j`) as an optional benchmark: one row per test and GPU.
+
+Never in the quick or full set (level 1 takes about a minute, level 3 half an hour, and both load every
+GPU): it runs only when named (`--bench dcgm`, `verify_benchmarks: [dcgm]`), with the level from
+`verify_bench_options: {dcgm: {level: 2}}` (1, 2 or 3; default 1). Where dcgmi is not installed it
+is one SKIP saying so; where nv-hostengine does not answer, one ERROR saying what to start.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+from verify.bench.common import last_line, progress, result, tail
+from verify.bench.dcgm_parse import DcgmParseError, parse
+from verify.result import CheckResult, Status
+
+LEVELS = (1, 2, 3)
+# dcgmi's own run times: r1 seconds to a minute, r2 a few minutes, r3 up to ~30 min on 8 GPUs.
+TIMEOUTS = {1: 300.0, 2: 900.0, 3: 3600.0}
+FIX_FAIL = ("drain the node; read the test's warning (DCGM error id {ids}) in the DCGM diagnostics guide and "
+            "reset or RMA the GPU it names; re-run `dcgmi diag -r 3` before returning the node")
+FIX_WARN = "read the warning; re-run `dcgmi diag -r {level}` on an idle node to see whether it stays"
+NO_HOSTENGINE = re.compile(r"unable to establish a connection|host engine|hostengine|Connection refused", re.I)
+
+
+@dataclass
+class DcgmOptions:
+    level: int = 1
+    timeout_s: float = 0.0  # 0: the level's default (TIMEOUTS)
+
+
+def argv(level: int) -> list:
+    return ["dcgmi", "diag", "-r", str(level), "-j"]
+
+
+def run(spec: Optional[dict], profile: Optional[dict], node, overrides: Optional[dict] = None) -> list:
+    overrides = overrides or {}
+    level = overrides.get("level", 1)
+    if isinstance(level, bool) or level not in LEVELS:
+        return [result("bench.dcgm", Status.ERROR, f"verify_bench_options.dcgm.level {level!r:.20} must be 1, 2 or 3",
+                       remediation="set verify_bench_options: {dcgm: {level: 1}} (or 2, 3)")]
+    timeout = float(overrides.get("timeout_s") or TIMEOUTS[level])
+    command = argv(level)
+    progress(f"DCGM diagnostics level {level} (up to {timeout:.0f} s)")
+    out = node.run(command, timeout_s=timeout)
+    raw = {"argv": command, "returncode": out.returncode, "stderr_tail": tail(out.stderr)}
+    if out.missing:
+        return [result("bench.dcgm", Status.SKIP, "dcgmi is not installed (DCGM diagnostics need NVIDIA's "
+                       "datacenter-gpu-manager package and its nv-hostengine)")]
+    if out.timed_out:
+        return [result("bench.dcgm", Status.ERROR, f"dcgmi diag -r {level} hung: killed after {timeout:.0f} s",
+                       details={"partial_output": dict(raw, stdout_tail=tail(out.stdout))})]
+    try:
+        report = parse(out.stdout)
+    except DcgmParseError as exc:
+        said = last_line(out.stderr + "\n" + out.stdout)
+        if NO_HOSTENGINE.search(out.stdout + out.stderr):
+            return [result("bench.dcgm", Status.ERROR, f"dcgmi cannot reach nv-hostengine: {said[:200]}",
+                           remediation="start DCGM's host engine (systemctl start nvidia-dcgm, or nv-hostengine)",
+                           details={"partial_output": raw})]
+        return [result("bench.dcgm", Status.ERROR, f"dcgmi diag -j output (exit {out.returncode}): {exc}",
+                       remediation="run `dcgmi diag -r 1 -j` by hand and read its output",
+                       details={"partial_output": dict(raw, stdout_tail=tail(out.stdout))})]
+    common = {"level": level, "dcgm_version": report.version, "driver": report.driver, "returncode": out.returncode}
+    rows = [_row(row, level, common) for row in report.rows]
+    if report.runtime_error:
+        rows.append(result("bench.dcgm", Status.ERROR, f"DCGM runtime error: {report.runtime_error[:300]}",
+                           details=common))
+    return rows
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_") or "test"
+
+
+def _row(row, level: int, common: dict) -> CheckResult:
+    gpus = row.gpus
+    where = f"GPU {gpus[0]}" if len(gpus) == 1 else (f"GPUs {','.join(map(str, gpus))}" if gpus else "all GPUs")
+    check_id = f"bench.dcgm.{_slug(row.test)}" + (f".gpu{gpus[0]}" if len(gpus) == 1 else "")
+    details = dict(common, category=row.category, test=row.test, gpus=gpus, warnings=row.warnings,
+                   error_ids=row.error_ids, info=row.info)
+    status = Status(row.status)
+    said = "; ".join(row.warnings)[:300] or row.info[:300]
+    reason = f"{row.category} / {row.test} on {where}: {row.status.capitalize()}" + (f": {said}" if said else "")
+    fix = ""
+    if status is Status.FAIL:
+        fix = FIX_FAIL.format(ids=", ".join(map(str, row.error_ids)) or "?")
+    elif status is Status.WARN:
+        fix = FIX_WARN.format(level=level)
+    return result(check_id, status, reason, "Pass", row.status.capitalize(), fix, details)
