@@ -38,13 +38,15 @@ def render_role_files(overrides: dict) -> dict:
     values["systemd_memlock"] = filters.limits_systemd_value(defaults["limits_systemd_memlock"], "x")
     values["systemd_nofile"] = filters.limits_systemd_value(defaults["limits_systemd_nofile"], "x", NR_OPEN)
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(ROLE / "templates")), keep_trailing_newline=True)
-    context = {"__limits_values": values, "ansible_managed": "Ansible managed", **private}
+    context = {"__limits_values": values, "ansible_managed": "Ansible managed", "limits_group": defaults["limits_group"],
+               **private}
     return {private["__limits_pam_file"]: env.get_template("limits.conf.j2").render(context),
             private["__limits_systemd_file"]: env.get_template("system.conf.j2").render(context)}
 
 
 @pytest.mark.parametrize("overrides", [{}, {"limits_memlock": 67108864, "limits_nofile": 65536,
-                                            "limits_systemd_memlock": 68719476736, "limits_systemd_nofile": 65536}])
+                                            "limits_systemd_memlock": 68719476736, "limits_systemd_nofile": 65536},
+                                        {"limits_group": "*", "limits_nproc": "unlimited"}])
 def test_limits_check_passes_on_what_the_limits_role_writes(tmp_path, overrides):
     pytest.importorskip("ansible")
     tree = FakeTree(tmp_path).write("/proc/sys/fs/nr_open", NR_OPEN + "\n")

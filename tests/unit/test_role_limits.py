@@ -16,11 +16,11 @@ limits = load_plugin("filter", "limits")
 NR_OPEN = Path("/proc/sys/fs/nr_open").read_text().strip()  # this machine's real ceiling (1048576)
 
 
-def render(template: str, values: dict) -> str:
+def render(template: str, values: dict, group: str = "gpuusers") -> str:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(ROOT / "roles/limits/templates")),
                              undefined=jinja2.StrictUndefined, trim_blocks=True, keep_trailing_newline=True)
     return env.get_template(template).render(
-        ansible_managed="Ansible managed", __limits_values=values,
+        ansible_managed="Ansible managed", __limits_values=values, limits_group=group,
         __limits_systemd_file="/etc/systemd/system.conf.d/90-tunefleet-limits.conf")
 
 
@@ -37,7 +37,7 @@ def defaults_as_checked() -> dict:
 
 
 def test_defaults_pass_their_own_checks_on_this_machine():
-    assert defaults_as_checked() == {"memlock": "unlimited", "nofile": "1048576", "nproc": "unlimited",
+    assert defaults_as_checked() == {"memlock": "unlimited", "nofile": "1048576", "nproc": "65536",
                                      "stack": "65536", "systemd_memlock": "infinity", "systemd_nofile": "1048576"}
 
 
@@ -45,10 +45,19 @@ def test_limits_file_covers_root_and_everyone_soft_and_hard():
     lines = [line.split() for line in render("limits.conf.j2", defaults_as_checked()).splitlines()
              if line and not line.startswith("#")]
     assert len(lines) == 16
-    for who in ("*", "root"):
-        for kind in ("soft", "hard"):
+    for kind in ("soft", "hard"):
+        for who in ("*", "root"):  # memlock for every user: RDMA registration
             assert [who, kind, "memlock", "unlimited"] in lines
+        for who in ("@gpuusers", "root"):  # the rest only for the group the inventory names
             assert [who, kind, "nofile", "1048576"] in lines
+            assert [who, kind, "nproc", "65536"] in lines
+    assert not [line for line in lines if line[0] == "*" and line[2] != "memlock"]
+
+
+def test_a_star_group_gives_every_limit_to_every_user():
+    lines = [line.split() for line in render("limits.conf.j2", defaults_as_checked(), "*").splitlines()
+             if line and not line.startswith("#")]
+    assert ["*", "soft", "nproc", "65536"] in lines and not [line for line in lines if line[0].startswith("@")]
 
 
 def test_systemd_file_sets_the_manager_defaults():

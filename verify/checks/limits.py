@@ -5,6 +5,9 @@ limits.conf is read first, then limits.d/*.conf in file-name order; an entry for
 outranks a `*` entry wherever it appears, and among equal ranks the later one wins; `-` sets soft
 and hard; `*` does not apply to root (measured here with `su -l root`), so root needs its own line.
 memlock/stack are KiB; nofile `unlimited` becomes fs.nr_open.
+
+memlock is judged for every user (`*`, RDMA registration); nofile, nproc and stack for a member
+of the group limits_group names (`@group`; `*` when it says so or an older desired state has none).
 """
 from __future__ import annotations
 
@@ -22,7 +25,8 @@ PAM_ITEMS = ("memlock", "nofile", "nproc", "stack")
 SYSTEMD_ITEMS = {"systemd_memlock": "MEMLOCK", "systemd_nofile": "NOFILE"}
 SYSTEMD_CONF_DIRS = ("/usr/lib/systemd/system.conf.d", "/usr/local/lib/systemd/system.conf.d",
                      "/run/systemd/system.conf.d", "/etc/systemd/system.conf.d")
-RANK_USER, RANK_DEFAULT = 0, 4  # pam_limits LIMITS_DEF_USER / LIMITS_DEF_DEFAULT
+RANK_USER, RANK_GROUP, RANK_DEFAULT = 0, 1, 4  # pam_limits LIMITS_DEF_USER / _GROUP / _DEFAULT
+EVERYONE_ITEMS = ("memlock",)  # for every login user whatever limits_group says (the role's template)
 PROBE_ARGV = ["su", "-l", "nobody", "-s", "/bin/sh", "-c", "ulimit -l; ulimit -n; ulimit -p; ulimit -s"]
 _SIZE = re.compile(r"^(\d+)([KMGTPE]?)$")
 
@@ -58,8 +62,8 @@ def parse_limits_lines(text: str) -> list:
     return entries
 
 
-def effective(entries: list, user: str, nr_open: Optional[int]) -> dict:
-    """item -> Limit for `user` after every file (group entries are ignored: membership is unknown)."""
+def effective(entries: list, user: str, nr_open: Optional[int], groups: tuple = ()) -> dict:
+    """item -> Limit for `user`, a member of `groups`, after every file (other groups are ignored)."""
     ranks: dict = {}
     limits = {item: Limit() for item in PAM_ITEMS}
     for domain, kind, item, value in entries:
@@ -67,6 +71,8 @@ def effective(entries: list, user: str, nr_open: Optional[int]) -> dict:
             continue
         if domain == user:
             rank = RANK_USER
+        elif domain.startswith("@") and domain[1:] in groups:
+            rank = RANK_GROUP
         elif domain == "*" and user != "root":
             rank = RANK_DEFAULT
         else:
@@ -99,13 +105,14 @@ def show(value: object) -> str:
     return "not set" if value is None else str(value)
 
 
-def judge_login(item: str, expected: object, users: Limit, root: Limit, probe: Optional[str]):
+def judge_login(item: str, expected: object, users: Limit, root: Limit, probe: Optional[str],
+                who: str = "users (*)"):
     check_id = f"limits.login.{item}"
-    observed = {"users (*)": show(users.soft), "root": show(root.soft)}
+    observed = {who: show(users.soft), "root": show(root.soft)}
     details = {"users_hard": show(users.hard), "root_hard": show(root.hard)}
     if probe is not None:
         details["su -l nobody"] = probe
-    subjects = (("users (*)", users), ("root", root))
+    subjects = ((who, users), ("root", root))
     unset = [who for who, limit in subjects if limit.soft is None]
     problems = [f"no limits.conf(.d) entry sets {item} for {' or '.join(unset)}"] if unset else []
     for who, limit in subjects:
@@ -232,7 +239,9 @@ def run(spec: dict, node: Node) -> list:
     wanted = section(spec, ROLE)
     nr_open = node.read_int("/proc/sys/fs/nr_open")
     entries = [e for _, text in limits_files(node) for e in parse_limits_lines(text)]
-    users, root = effective(entries, "nobody", nr_open), effective(entries, "root", nr_open)
+    group = str(wanted.get("group") or "*")
+    everyone, root = effective(entries, "nobody", nr_open), effective(entries, "root", nr_open)
+    members = everyone if group == "*" else effective(entries, "nobody", nr_open, (group,))
     probe = login_probe(node)
     results = []
     for item in PAM_ITEMS:
@@ -240,7 +249,10 @@ def run(spec: dict, node: Node) -> list:
             results.append(skip(f"limits.login.{item}", ROLE, f"limits_{item} is not set"))
             continue
         expected = normalize(wanted[item], item, nr_open)
-        results.append(judge_login(item, expected, users[item], root[item], probe.get(item)))
+        if item in EVERYONE_ITEMS or group == "*":
+            results.append(judge_login(item, expected, everyone[item], root[item], probe.get(item)))
+        else:  # su -l nobody is no member of the group: its probe says nothing here
+            results.append(judge_login(item, expected, members[item], root[item], None, f"members of @{group}"))
     configured = parse_systemd_conf(systemd_conf_texts(node))
     running = running_manager(node)
     for key, item in SYSTEMD_ITEMS.items():
