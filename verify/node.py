@@ -276,6 +276,13 @@ def _tool_versions(node: Node) -> dict:
     return versions
 
 
+def _firmware(node: Node) -> dict:
+    """GPU VBIOS and HCA firmware, for the fleet's uniformity report."""
+    from verify.checks.health_firmware import firmware_facts
+
+    return firmware_facts(node)
+
+
 def gather_facts(node: Node) -> dict:
     """Host, OS, kernel, CPU/NUMA, memory, GPUs, NICs, block devices and tool versions.
 
@@ -287,7 +294,7 @@ def gather_facts(node: Node) -> dict:
     facts: dict = {"host": _hostname(node), "root": node.root}
     parts = (("os", _os_release), ("cpu", _cpu), ("memory_kib", _memory_kib), ("gpus", _gpus),
              ("nics", _nics), ("block_devices", _block_devices), ("libraries", _libraries),
-             ("tool_versions", _tool_versions))
+             ("tool_versions", _tool_versions), ("firmware", _firmware))
     facts["kernel"] = node.read_value("/proc/sys/kernel/osrelease")
     banner = node.read_value("/proc/driver/nvidia/version")
     facts["nvidia_driver_banner"] = banner.splitlines()[0] if banner else None

@@ -23,6 +23,7 @@ FIELDS = (
     "clocks_throttle_reasons.sw_thermal_slowdown", "clocks_throttle_reasons.sw_power_cap",
     "temperature.gpu", "temperature.gpu.tlimit", "temperature.memory",
     "power.draw", "enforced.power.limit",
+    "vbios_version",  # for the fleet's uniformity report (node facts: firmware)
 )
 REQUIRED = ("index", "pci.bus_id", "name")
 MEMORY_FIELDS = FIELDS[3:10]  # ECC mode and counters, retired pages, remapped rows

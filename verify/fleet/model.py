@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from verify.fleet.outliers import MEASUREMENT_ROLES, versions_of
+from verify.fleet.outliers import MEASUREMENT_ROLES
+from verify.fleet.uniformity import fleet_versions
 from verify.result import CheckResult, Status
 
 NODE_REPORT_NAME = "report.json"
@@ -65,7 +66,7 @@ def parse_node_report(data: Any, origin: str, fallback_host: str = "") -> NodeRe
     host = _host_name(data, facts) or fallback_host
     if not host:
         raise ReportFormatError("the report names no host")
-    node = NodeReport(host=host, results=[], versions=versions_of(facts), source=origin)
+    node = NodeReport(host=host, results=[], versions=fleet_versions(facts), source=origin)
     for index, item in enumerate(raw_results):
         _take_result(node, item, index)
     return node
