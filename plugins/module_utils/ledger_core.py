@@ -146,12 +146,13 @@ def write_file_atomically(
     fd, tmp = tempfile.mkstemp(prefix=".tunefleet-", dir=directory)
     try:
         with os.fdopen(fd, "wb") as handle:
+            # mkstemp opened it O_EXCL|O_NOFOLLOW; mode and owner go on the descriptor, never by name.
+            os.fchmod(handle.fileno(), mode)
+            if uid is not None and gid is not None and (uid, gid) != (os.getuid(), os.getgid()):
+                os.fchown(handle.fileno(), uid, gid)
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        os.chmod(tmp, mode)
-        if uid is not None and gid is not None and (uid, gid) != (os.getuid(), os.getgid()):
-            os.chown(tmp, uid, gid)
         os.rename(tmp, where)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -293,7 +294,7 @@ def ledger_lock(root: str, ledger_path: str) -> Iterator[None]:
     directory = on_node(root, os.path.dirname(ledger_path))
     os.makedirs(directory, mode=0o700, exist_ok=True)
     os.chmod(directory, 0o700)
-    fd = os.open(on_node(root, ledger_path) + ".lock", os.O_CREAT | os.O_RDWR, 0o600)
+    fd = os.open(on_node(root, ledger_path) + ".lock", os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
