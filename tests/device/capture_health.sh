@@ -5,7 +5,8 @@
 #
 #   OUT=/some/dir bash tests/device/capture_health.sh        (from the repository root, as root)
 #
-# Read-only: nothing on the node is changed; no load is put on the GPUs.
+# Read-only: nothing on the node is changed; no load is put on the GPUs except `dcgmi diag -r 1`
+# where DCGM is installed (about a minute; NO_DCGM=1 leaves it out).
 set -uo pipefail
 : "${OUT:?set OUT to the folder the capture goes to}"
 cd "$(dirname "$0")/../.." || exit 1
@@ -32,6 +33,12 @@ capture dmesg-kernel dmesg --kernel
 capture dmesg-nvrm-levels sh -c 'dmesg --kernel --decode | grep -i -e nvrm -e xid'
 capture journalctl-k journalctl -k -b --no-pager -q
 capture nvidia-smi-q nvidia-smi -q
+# Topology (health_topology's fallback) and the DCGM benchmark's input, where dcgmi is installed
+# (level 1 loads the GPUs for about a minute: skip it with NO_DCGM=1).
+capture topo-m nvidia-smi topo -m
+if command -v dcgmi >/dev/null 2>&1 && [ -z "${NO_DCGM:-}" ]; then
+  capture dcgmi-diag-r1-j timeout 600 dcgmi diag -r 1 -j
+fi
 cat /proc/driver/nvidia/version >"$dir/proc_driver_nvidia_version.txt" 2>&1
 
 # PCIe link files of every NVIDIA (0x10de) and Mellanox/NVIDIA networking (0x15b3) function and of
@@ -65,6 +72,12 @@ for port in /sys/class/infiniband/*/ports/*; do
   } >"$dir/sysfs/ib_$name.txt"
 done
 ls -la /sys/class/infiniband/ >"$dir/sysfs/infiniband_ls.txt" 2>&1
+# HCA firmware, type and board (node facts: firmware, for the fleet's uniformity report).
+for hca in /sys/class/infiniband/*; do
+  [ -d "$hca" ] || continue
+  { for f in fw_ver hca_type board_id; do echo "$f=$(cat "$hca/$f" 2>&1)"; done
+    echo "device=$(readlink -f "$hca/device")"; } >"$dir/sysfs/ib_$(basename "$hca")_firmware.txt"
+done
 
 # The checks themselves, for real, with their timings (the config suite's budget is 0.5 s).
 $py - >"$dir/health_checks.json" 2>"$dir/health_checks.stderr" <<'EOF'
@@ -84,6 +97,9 @@ for profile in (None, "auto"):
 print(json.dumps(runs, indent=1))
 EOF
 echo "$?" >"$dir/health_checks.rc"
+# The firmware facts the fleet's uniformity report compares (GPU VBIOS, HCA firmware).
+$py -c 'import json; from verify.checks.health_firmware import firmware_facts; from verify.node import Node
+print(json.dumps(firmware_facts(Node()), indent=1))' >"$dir/firmware_facts.json" 2>"$dir/firmware_facts.stderr"
 
 tar -C "$OUT" -czf "$OUT/health.tar.gz" health
 echo "wrote $OUT/health.tar.gz"
