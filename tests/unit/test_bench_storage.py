@@ -68,6 +68,23 @@ def test_cufile_failure_on_the_gpu_machine_is_an_error_with_the_stage(tmp_path, 
     assert cufile.status == Status.ERROR and "HANDLE_NOT_REGISTERED" in cufile.reason
 
 
+def test_cufile_refused_registration_is_a_skip_unless_the_profile_expects_gds(tmp_path, monkeypatch):
+    path = str(tmp_path / "f.bin")
+    make_file(path, 1 << 20)
+    monkeypatch.setattr(storage, "module_available", lambda name: True)
+    monkeypatch.setattr(storage, "which", lambda name, root="/": None)
+    # Real stderr from the 1x H100 machine; the engine now exits CANNOT_RUN at handle_register.
+    stderr = fixture("h100x1_cufile_handle_not_registered.stderr")
+    node = scripted_node(lambda argv: output(argv, stderr=stderr, returncode=storage.CANNOT_RUN))
+    options = {"file": path, "tries": 2, "engines": ("cufile",)}
+    relaxed = storage.run(None, {"gds_expected": False}, node, options)[0]
+    assert relaxed.status == Status.SKIP and "HANDLE_NOT_REGISTERED" in relaxed.reason
+    assert len(node.runner.calls) == 1  # a node that cannot run cuFile is not retried
+    strict = storage.run(None, {"gds_expected": True}, node, options)[0]
+    assert strict.status == Status.FAIL and "expects GPUDirect Storage" in strict.reason
+    assert strict.remediation == storage.GDS_REMEDIATION
+
+
 def test_cufile_compat_mode_is_said_and_fails_where_gds_is_expected(tmp_path, monkeypatch):
     path = str(tmp_path / "f.bin")
     make_file(path, 1 << 20)

@@ -14,7 +14,7 @@ import re
 import sys
 import time
 
-from verify.bench.common import emit_result, parse_size
+from verify.bench.common import CANNOT_RUN, emit_result, parse_size
 
 NVFS_STATS = "/proc/driver/nvidia-fs/stats"
 
@@ -54,7 +54,7 @@ def main(argv=None) -> int:
         from cuda.bindings import cufile
     except ImportError as exc:
         print(f"cuFile benchmark needs cuda-python (cuda.bindings.cufile) and torch: {exc}", file=sys.stderr)
-        return 3
+        return CANNOT_RUN
     block = parse_size(args.block)
     size = os.path.getsize(args.file) // block * block
     torch.cuda.set_device(args.gpu)
@@ -111,7 +111,9 @@ def main(argv=None) -> int:
             hint = (" (cuFile refused this file's filesystem/device: where udev does not run, its database lacks the"
                     " volume's ID_FS_USAGE/ID_FS_TYPE; CUFILE_LOGGING_LEVEL=TRACE shows the cause)")
         print(f"cuFile {stage} on {args.file} failed: {type(exc).__name__}: {exc}{hint}", file=sys.stderr)
-        return 4
+        # A refused registration means this node cannot run cuFile on this volume (CANNOT_RUN, a
+        # SKIP), not that the read was slow or broken.
+        return CANNOT_RUN if stage == "handle_register" else 4
     finally:
         if handle is not None:
             cufile.handle_deregister(handle)

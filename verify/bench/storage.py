@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from verify.bench.common import (
+    CANNOT_RUN,
     Threshold,
     Try,
     engine_argv,
@@ -141,6 +142,9 @@ def _engine_try(node, check_id: str, argv: list, timeout: float, label: str, jud
         )
     if payload is None:
         last = out.stderr.strip().splitlines()[-1] if out.stderr.strip() else f"exit {out.returncode}"
+        if out.returncode == CANNOT_RUN:
+            return Try(result(check_id, Status.SKIP, f"{label} cannot run on this node: {last}",
+                              details={"partial_output": raw}))
         return Try(result(check_id, Status.ERROR, f"{label} failed: {last}", details={"partial_output": raw}))
     judged = judge(payload)
     judged.details["run"] = raw
@@ -199,11 +203,17 @@ def run_cufile(spec, profile, node, opts: StorageOptions, path: str):
             judged.reason += " (compatibility mode: POSIX reads through a bounce buffer, not GPUDirect)"
         return judged
 
-    return with_retries(
+    outcome = with_retries(
         lambda i: _engine_try(node, "bench.storage.cufile", argv, opts.timeout_s, "cuFile read", judge),
         opts.tries,
         "cuFile read",
     )
+    if outcome.status == Status.SKIP and gds_expected:
+        # The profile promises GPUDirect Storage: a node where cuFile cannot even run fails it.
+        outcome.status = Status.FAIL
+        outcome.reason += " (the profile expects GPUDirect Storage)"
+        outcome.remediation = GDS_REMEDIATION
+    return outcome
 
 
 def run_gdsio(spec, profile, node, opts: StorageOptions, path: str, binary: str) -> list:
