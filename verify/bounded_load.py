@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any, Optional
 
 MAX_BYTES = 16 << 20  # a rendered desired state is ~10 KB, a node report ~100 KB
@@ -70,6 +71,32 @@ def load_json_bounded(path: str, max_bytes: int = MAX_BYTES, max_depth: int = MA
     return loads_json_bounded(decode(read_bounded(path, max_bytes, what), origin), origin, max_depth, allow_nan)
 
 
+_BLOCK_ITEMS = re.compile(r"^(?:[ \t]*-(?:[ \t]+|$))*")
+
+
+def _flow_depth(line: str) -> int:
+    depth = deepest = 0
+    for char in line:
+        if char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth = max(0, depth - 1)
+    return deepest
+
+
+def _yaml_prescan(text: str, origin: str, max_depth: int) -> None:
+    """One line nesting past max_depth ("- - - - ..." or "[[[[...") is refused before PyYAML's
+    scanner sees it: its simple-key bookkeeping grows with the depth, so such a line costs time
+    quadratic in its length (minutes for 100,000 levels)."""
+    for number, line in enumerate(text.splitlines(), 1):
+        deep = _BLOCK_ITEMS.match(line).group(0).count("-") > max_depth
+        if not deep and line.count("[") + line.count("{") > max_depth:
+            deep = _flow_depth(line) > max_depth
+        if deep:
+            raise BoundedLoadError(f"{origin}: nested deeper than {max_depth} levels (line {number}): refused")
+
+
 def _yaml_event_depth(text: str, origin: str, max_depth: int) -> None:
     """PyYAML's composer recurses per level: count the depth from its (iterative) event stream first."""
     import yaml
@@ -116,6 +143,7 @@ def loads_yaml_bounded(text: str, origin: str, max_depth: int = MAX_DEPTH, max_n
         import yaml
     except ImportError as exc:
         raise BoundedLoadError(f"{origin}: reading YAML needs PyYAML; pass a rendered JSON file instead") from exc
+    _yaml_prescan(text, origin, max_depth)
     _yaml_event_depth(text, origin, max_depth)
     try:
         data = yaml.safe_load(text)

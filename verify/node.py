@@ -13,7 +13,7 @@ from typing import Callable, Optional
 
 from verify.runner import CommandOutput, run_command
 
-_INTEGER = re.compile(r"-?[0-9]+")
+_INTEGER = re.compile(r"-?[0-9]{1,19}")  # ASCII, 64-bit: a 5000-digit "integer" is not a kernel value
 
 
 class ReadError(ValueError):

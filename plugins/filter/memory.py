@@ -6,7 +6,7 @@ import shlex
 
 from ansible.errors import AnsibleFilterError
 
-SIZE = re.compile(r"(\d+)([KkMmGg]?)")
+SIZE = re.compile(r"([0-9]{1,12})([KkMmGg]?)")
 UNIT_KB = {"": 1 / 1024, "k": 1, "m": 1024, "g": 1024 * 1024}
 
 
@@ -26,13 +26,18 @@ def memory_cmdline_hugepages(cmdline: str, default_kb: int = 2048) -> dict:
     current_kb = None
     default = default_kb
     pages: dict = {}
-    for word in shlex.split(cmdline or ""):
+    try:
+        words = shlex.split(cmdline or "")
+    except ValueError as exc:  # an unbalanced quote: shlex's "No closing quotation"
+        raise AnsibleFilterError(f"kernel command line (/proc/cmdline) cannot be split into words: {exc}: "
+                                 f"{str(cmdline)[:120]!r}") from None
+    for word in words:
         key, _, value = word.partition("=")
         if key == "default_hugepagesz":
             default = _size_kb(value)
         elif key == "hugepagesz":
             current_kb = _size_kb(value)
-        elif key == "hugepages" and value.isdigit():
+        elif key == "hugepages" and re.fullmatch(r"[0-9]{1,12}", value):
             pages[current_kb if current_kb is not None else default] = int(value)
     return pages
 

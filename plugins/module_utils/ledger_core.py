@@ -25,7 +25,8 @@ LIVE_PREFIXES = ("/proc/", "/sys/")
 # A config file this big is not something the roles touch; refusing keeps the ledger small.
 MAX_FILE_BYTES = 1024 * 1024
 # `[mq-deadline] none`, `always [madvise] never`: the kernel marks the active choice.
-_SELECTED_CHOICE = re.compile(r"\[([^\]\s]+)\]")
+# No '[' inside: a value of many '[' would otherwise backtrack quadratically.
+_SELECTED_CHOICE = re.compile(r"\[([^\[\]\s]+)\]")
 
 # runner(argv) -> (returncode, stdout, stderr); returncode None when the tool is missing.
 Runner = Callable[[List[str]], Tuple[Optional[int], str, str]]

@@ -54,7 +54,10 @@ def _column_name(header: str) -> str:
 
 def parse_query(text: str) -> List[GpuPersistence]:
     """Rows of an `nvidia-smi --query-gpu=... --format=csv` answer that includes the three columns."""
-    rows = [row for row in csv.reader(io.StringIO(text), skipinitialspace=True) if row]
+    try:
+        rows = [row for row in csv.reader(io.StringIO(text), skipinitialspace=True) if row]
+    except csv.Error as exc:  # a field over csv's size limit, a NUL byte
+        raise PersistenceError(f"nvidia-smi answer is not CSV: {exc}") from None
     if not rows:
         raise PersistenceError("nvidia-smi printed nothing for the persistence query")
     header = [_column_name(cell) for cell in rows[0]]

@@ -113,7 +113,7 @@ def read_nic(sysfs_root: str, name: str) -> dict:
         "numa_node": int(numa) if numa and re.fullmatch(r"-?[0-9]{1,6}", numa) else -1,
         "local_cpulist": _read(os.path.join(pci, "local_cpulist")) if pci else None,
         "irqs": irqs,
-        "mtu": int(mtu) if mtu and mtu.isdigit() else None,
+        "mtu": int(mtu) if mtu and re.fullmatch(r"[0-9]{1,9}", mtu) else None,
         "type": _read(os.path.join(netdir, "type")),
     }
 

@@ -291,11 +291,11 @@ def parse_size(text: Any) -> int:
         return int(text)
     value = str(text).strip().upper().replace("IB", "").replace("B", "")
     factors = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-    if value and value[-1] in factors:
-        return int(float(value[:-1]) * factors[value[-1]])
     try:
+        if value and value[-1] in factors:
+            return int(float(value[:-1]) * factors[value[-1]])
         return int(value)
-    except ValueError as exc:
+    except (ValueError, OverflowError) as exc:
         raise ValueError(f"not a size: {text!r} (use bytes or a K/M/G suffix)") from exc
 
 

@@ -8,7 +8,6 @@ The same driver across the fleet is the fleet report's job.
 """
 from __future__ import annotations
 
-import json
 import re
 from typing import Optional
 
@@ -104,10 +103,12 @@ def cuda_runtime(node: Node, dirs: list) -> Optional[tuple]:
     text = node.read("/usr/local/cuda/version.json")
     if text:
         try:
-            version = json.loads(text)["cuda"]["version"]
+            from verify.bounded_load import loads_json_bounded
+
+            version = loads_json_bounded(text, "/usr/local/cuda/version.json", max_depth=8)["cuda"]["version"]
             return ".".join(version.split(".")[:2]), "/usr/local/cuda/version.json"
         except (ValueError, KeyError, TypeError, AttributeError):
-            pass
+            pass  # unreadable: the wheel's version (or none) is reported instead
     return wheel_version(node, dirs, WHEEL_CUDART)
 
 

@@ -177,13 +177,22 @@ def json_loads(data: bytes) -> Any:
     try:
         import orjson
     except ImportError:
-        return json.loads(data)
+        return _std_json_loads(data)
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         if isinstance(exc.__cause__, UnicodeDecodeError) or "utf-8" in str(exc).lower():
             raise ValueError("not UTF-8 text") from None
-        return json.loads(data)  # for the standard library's message with line and column
+        # NaN and integers beyond 64 bits are valid for the standard library; its message names
+        # the line and column of what is not.
+        return _std_json_loads(data)
+
+
+def _std_json_loads(data: bytes) -> Any:
+    try:
+        return json.loads(data)
+    except RecursionError:  # nesting orjson refused (over 1024 levels) and json cannot follow either
+        raise ReportFormatError("nested too deeply to be a node report") from None
 
 
 def _describe(exc: BaseException) -> str:

@@ -1,0 +1,531 @@
+"""Every parser is total: fed random text and broken copies of the real captured outputs, it returns
+its result or raises its module's documented parse error, never anything else, never hangs, and no
+garbage ever judges PASS.
+
+Hypothesis runs with a fixed seed and a bounded number of examples here (profile "ci"); `make fuzz`
+runs the "fuzz" profile (random seed, many more examples) and prints what it found.
+`test_every_parser_is_fuzzed` fails when a parse_*/load_*/read_* function in verify/ or plugins/
+is neither in PARSERS nor in EXEMPT (with its reason), so a new parser cannot skip this.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import math
+import os
+import signal
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / ".cache" / "collections"))  # the collection link `make venv` creates
+sys.path.insert(0, str(REPO / "tests" / "helpers"))
+
+from ansible.errors import AnsibleFilterError  # noqa: E402
+from ansible_collections.tunefleet.gpu_node.plugins.module_utils import ledger_core, preflight_checks  # noqa: E402
+
+from plugins import load_plugin  # noqa: E402
+from verify import bounded_load, desired, node, profiles  # noqa: E402
+from verify.bench import common, dcgm_parse, gds_parse, nccl_parse, perftest, perftest_parse  # noqa: E402
+from verify.checks import common as checks_common  # noqa: E402
+from verify.checks import conflicts, ethtool_params, gpu_query, limits, nccl_conf, path_mtu, peermem, versions  # noqa: E402
+from verify.fleet import model  # noqa: E402
+from verify.result import Status  # noqa: E402
+
+FIXTURES = REPO / "tests" / "fixtures"
+settings.register_profile("ci", derandomize=True, max_examples=40, deadline=None, print_blob=True,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.register_profile("fuzz", derandomize=False, max_examples=int(os.environ.get("FUZZ_EXAMPLES", "1500")),
+                          deadline=None, print_blob=True,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.load_profile(os.environ.get("TUNEFLEET_HYPOTHESIS_PROFILE", "ci"))
+HANG_S = 10  # one call longer than this is a hang (a 5000-digit number through a backtracking regex)
+
+
+def _fixture(*names: str) -> list:
+    return [(FIXTURES / n).read_bytes() for n in names]
+
+
+def _captured(pattern: str) -> list:
+    """stdout of the captured commands under node/commands that printed something."""
+    outputs = [json.loads(p.read_text())["stdout"] for p in sorted((FIXTURES / "node/commands").glob(pattern))]
+    return [o.encode() for o in outputs if "statistics" in o or "=" in o]
+
+
+@dataclass
+class Parser:
+    """One parser: how to call it on fuzzed bytes, the errors its module documents, real inputs."""
+
+    name: str  # module:function, as the discovery test finds it
+    call: Callable[[bytes], object]
+    errors: tuple
+    fixtures: list = field(default_factory=list)
+    # Given the result, the figure that would be judged PASS (checked never to be garbage), if any.
+    verdict: Callable[[object], None] = lambda result: None
+
+
+def text(data: bytes) -> str:
+    """What a parser of captured output sees: tools' output decoded with errors="replace"."""
+    return data.decode("utf-8", errors="replace")
+
+
+def in_tree(relative: str, call: Callable[[node.Node], object]) -> Callable[[bytes], object]:
+    """Write the bytes to one file of a fake node tree and call with the real Node over it."""
+
+    def run(data: bytes) -> object:
+        with tempfile.TemporaryDirectory(prefix="tf-fuzz-") as root:
+            target = Path(root, relative.lstrip("/"))
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+            return call(node.Node(root=root, live=False))
+
+    return run
+
+
+def as_file(suffix: str, call: Callable[[str], object]) -> Callable[[bytes], object]:
+    def run(data: bytes) -> object:
+        with tempfile.TemporaryDirectory(prefix="tf-fuzz-") as root:
+            path = Path(root, "input" + suffix)
+            path.write_bytes(data)
+            return call(str(path))
+
+    return run
+
+
+def in_root(relative: str, call: Callable[[str], object]) -> Callable[[bytes], object]:
+    """Like in_tree, for plugins that take a root path instead of a Node."""
+
+    def run(data: bytes) -> object:
+        with tempfile.TemporaryDirectory(prefix="tf-fuzz-") as root:
+            target = Path(root, relative.lstrip("/"))
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+            return call(root)
+
+    return run
+
+
+def never_garbage_pass(result) -> None:
+    if result.status == Status.PASS:
+        assert common.broken_measurement(result.observed) is None, result.reason
+
+
+# ---- the judged paths: the real parse + judge, with the tool's output replaced ---------------------
+
+PORT = perftest.Port("mlx5_0", 1, 400.0, "InfiniBand", "4: ACTIVE")
+
+
+def perftest_judged(data: bytes):
+    parsed = perftest_parse.parse_text(text(data))
+    threshold = perftest.bw_threshold(None, None, PORT, False)
+    result = perftest.judge("bench.rdma.mlx5_0.write_bw", parsed, PORT, "write_bw", threshold, None)
+    never_garbage_pass(result)
+    unknown = perftest.judge("bench.rdma.mlx5_0.write_bw", parsed, PORT, "write_bw", None, None)
+    never_garbage_pass(unknown)
+    return result
+
+
+def nccl_judged(data: bytes):
+    """The largest size's busbw through Threshold.judge, as the all-reduce check reads it."""
+    run = nccl_parse.parse_nccl_tests(text(data))
+    for point in run.points:
+        status, _ = common.Threshold(limit=1.0).judge(point.busbw_gbps)
+        if status == Status.PASS:
+            assert common.broken_measurement(point.busbw_gbps) is None
+    return run
+
+
+def gdsio_judged(data: bytes):
+    runs = gds_parse.parse_gdsio(text(data))
+    for run in runs:
+        status, _ = common.Threshold(limit=0.001).judge(run.throughput_gbps)
+        if status == Status.PASS:
+            assert common.broken_measurement(run.throughput_gbps) is None
+    return runs
+
+
+def _plugin(kind: str, name: str):
+    return load_plugin(kind, name)
+
+
+kernel_values = _plugin("modules", "kernel_values")
+memory_thp = _plugin("modules", "memory_thp")
+gpu_persistence = _plugin("modules", "gpu_persistence")
+nic_info = _plugin("modules", "nic_info")
+cpu_governor = _plugin("modules", "cpu_governor")
+memory_hugepages = _plugin("modules", "memory_hugepages")
+gpu_facts = _plugin("modules", "gpu_facts")
+memory_filter = _plugin("filter", "memory")
+
+
+CI_TREE = "node/snapshots/ci_vm/tree"
+LEDGER = "/var/lib/tunefleet/ledger.json"
+SPEC = json.loads((FIXTURES / "node" / "desired_state.json").read_text())
+
+PARSERS = [
+    # verify.node: ReadError (a ValueError)
+    Parser("verify.node:parse_cpulist", lambda d: node.parse_cpulist(text(d)), (node.ReadError,),
+           [b"0-3,8,10-11", b"0-63:2", b"0"]),
+    Parser("verify.node:_memory_kib", in_tree("/proc/meminfo", node._memory_kib), (node.ReadError,),
+           _fixture(f"{CI_TREE}/proc/meminfo")),
+    Parser("verify.node:_os_release", in_tree("/etc/os-release", node._os_release), (),
+           _fixture(f"{CI_TREE}/etc/os-release")),
+    Parser("verify.node:_cpu", in_tree("/proc/cpuinfo", node._cpu), (node.ReadError,),
+           _fixture(f"{CI_TREE}/proc/cpuinfo")),
+    Parser("verify.node:_cpu/online", in_tree("/sys/devices/system/cpu/online", node._cpu), (node.ReadError,),
+           [b"0-3\n", b"0-127\n"]),
+    Parser("verify.node:Node.read_int", in_tree("/proc/sys/fs/nr_open", lambda n: n.read_int("/proc/sys/fs/nr_open")),
+           (node.ReadError,), _fixture(f"{CI_TREE}/proc/sys/fs/nr_open")),
+    Parser("verify.node:gather_facts", in_tree("/proc/meminfo", node.gather_facts), (),
+           _fixture(f"{CI_TREE}/proc/meminfo")),
+    # verify.bench: each parser module's own error
+    Parser("verify.bench.nccl_parse:parse_nccl_tests", nccl_judged, (nccl_parse.NcclParseError,),
+           _fixture("bench/h200x2_all_reduce_perf_system_nccl.stdout",
+                    "bench/h200x2_all_reduce_perf_torch_nccl.stdout")),
+    Parser("verify.bench.nccl_parse:parse_nccl_debug", lambda d: nccl_parse.parse_nccl_debug(text(d)),
+           (nccl_parse.NcclParseError,), _fixture("bench/h200x2_run1.log", "bench/h200x2_run2.log")),
+    Parser("verify.bench.nccl_parse:parse_nvlink_status", lambda d: nccl_parse.parse_nvlink_status(text(d)),
+           (nccl_parse.NcclParseError,), _fixture("node/gpu_machine/nvidia-smi-nvlink-status.txt")),
+    Parser("verify.bench.perftest_parse:parse_text", perftest_judged, (perftest_parse.PerftestParseError,),
+           _fixture("bench/perftest_ib_write_bw_sweep_issue132.txt", "bench/perftest_ib_write_bw_gbits_issue273.txt",
+                    "bench/perftest_ib_read_lat_roce_spiderpool.txt")),
+    Parser("verify.bench.perftest_parse:parse_json", lambda d: perftest_parse.parse_json(text(d)),
+           (perftest_parse.PerftestParseError,), _fixture("bench/perftest_ib_write_lat_json_issue216.json")),
+    Parser("verify.bench.perftest_parse:parse_port_rate", lambda d: perftest_parse.parse_port_rate(text(d)), (),
+           [b"400 Gb/sec (4X NDR)\n", b"100 Gb/sec (4X EDR)"]),
+    Parser("verify.bench.perftest:discover_ports",
+           in_root("/sys/class/infiniband/mlx5_0/ports/1/rate", perftest.discover_ports), (),
+           [b"400 Gb/sec (4X NDR)\n"]),
+    Parser("verify.bench.gds_parse:parse_gdsio", gdsio_judged, (gds_parse.GdsParseError,),
+           _fixture("bench/gdsio_gpud_write_issue78.txt", "bench/gdsio_cpuonly_read_nvidia_docs.txt")),
+    Parser("verify.bench.gds_parse:parse_gdscheck", lambda d: gds_parse.parse_gdscheck(text(d)),
+           (gds_parse.GdsParseError,), _fixture("bench/gdscheck_h200_issue75_excerpt.txt")),
+    Parser("verify.bench.dcgm_parse:parse", lambda d: dcgm_parse.parse(text(d)), (dcgm_parse.DcgmParseError,),
+           _fixture("bench/dcgmi_diag_j_8gpu_dcgm3.1.0_nvidia_test.txt",
+                    "bench/dcgmi_diag_j_dcgm4_schema_shaped.json")),
+    Parser("verify.bench.common:read_result", lambda d: common.read_result(text(d)), (),
+           _fixture("bench/h200x2_hostcopy.stdout", "bench/h200x2_odirect_qd1.stdout")),
+    Parser("verify.bench.common:parse_size", lambda d: common.parse_size(text(d)), (ValueError,),
+           [b"4096", b"1M", b"4G", b"512MiB"]),
+    Parser("verify.bench.hardware:read_pcie",
+           in_tree("/sys/bus/pci/devices/0000:18:00.0/current_link_speed", lambda n: _pcie(n)), (ValueError,),
+           [b"32.0 GT/s PCIe\n", b"16.0 GT/s PCIe\n"]),
+    # verify.checks: ValueError naming the file or line (run_one turns anything into an ERROR row)
+    Parser("verify.checks.common:bracketed_choice", lambda d: checks_common.bracketed_choice(text(d)), (ValueError,),
+           _fixture(f"{CI_TREE}/sys/kernel/mm/transparent_hugepage/enabled", "preflight/vda_scheduler")),
+    Parser("verify.checks.conflicts:parse_sysctl_conf", lambda d: conflicts.parse_sysctl_conf(text(d), "x.conf"),
+           (ValueError,), _fixture("conflicts/debian12_sysctl.conf", "conflicts/systemd_50-default.conf")),
+    Parser("verify.checks.conflicts:connected_subnets", lambda d: conflicts.connected_subnets(text(d)),
+           (ValueError,), _fixture("conflicts/proc_net_route_two_rails", "conflicts/proc_net_route_vm")),
+    Parser("verify.checks.conflicts:judge_swap", lambda d: conflicts.judge_swap(text(d), 60), (ValueError,),
+           _fixture("conflicts/proc_swaps_none", "conflicts/proc_swaps_one_file")),
+    Parser("verify.checks.ethtool_params:parse_sections",
+           lambda d: ethtool_params.parse_sections(text(d), ethtool_params.RING_KEYS), (ValueError,),
+           _fixture("sysfs_net/ethtool_g_virtio_net.txt")),
+    Parser("verify.checks.gpu_query:parse_smi_csv", lambda d: gpu_query.parse_smi_csv(text(d)), (ValueError,),
+           _fixture("node/nvidia-smi/nvidia-smi_query-gpu_h100-80gb-hbm3_590.48.01.csv",
+                    "node/nvidia-smi/nvidia-smi_query-gpu_l40s_595.80.csv")),
+    Parser("verify.checks.gpu_query:parse_driver_banner", lambda d: gpu_query.parse_driver_banner(text(d)),
+           (ValueError,), [b"NVRM version: NVIDIA UNIX x86_64 Kernel Module  590.48.01  Mon Dec  1 2025\n"]),
+    Parser("verify.checks.limits:parse_limits_lines", lambda d: limits.parse_limits_lines(text(d)), (ValueError,),
+           _fixture("node/etc/limits.conf.debian12")),
+    Parser("verify.checks.limits:parse_systemd_conf", lambda d: limits.parse_systemd_conf([text(d)]), (ValueError,),
+           _fixture("node/etc/system.conf.debian12")),
+    Parser("verify.checks.limits:parse_systemctl_show", lambda d: limits.parse_systemctl_show(text(d)),
+           (ValueError,), _captured("systemctl_show_*.json")),
+    Parser("verify.checks.limits:parse_probe", lambda d: limits.parse_probe(text(d)), (ValueError,),
+           [json.loads((FIXTURES / "node/commands/su_nobody_ulimits.json").read_text())["stdout"].encode()]),
+    Parser("verify.checks.nccl_conf:parse_nccl_conf", lambda d: nccl_conf.parse_nccl_conf(text(d)), (ValueError,),
+           [b"NCCL_IB_HCA=mlx5\n# comment\nNCCL_SOCKET_IFNAME=eth0\n"]),
+    Parser("verify.checks.path_mtu:parse_ping", lambda d: path_mtu.parse_ping(text(d), text(d)), (ValueError,),
+           _captured("ping_*.json")),
+    Parser("verify.checks.peermem:kernel_version", lambda d: peermem.kernel_version(text(d)), (ValueError,),
+           _fixture(f"{CI_TREE}/proc/sys/kernel/osrelease")),
+    Parser("verify.checks.versions:parse_nccl_header", lambda d: versions.parse_nccl_header(text(d)), (ValueError,),
+           [b"#define NCCL_MAJOR 2\n#define NCCL_MINOR 21\n#define NCCL_PATCH 5\n"]),
+    Parser("verify.checks.versions:cuda_runtime",
+           in_tree("/usr/local/cuda/version.json", lambda n: versions.cuda_runtime(n, [])), (ValueError,),
+           [b'{"cuda": {"name": "CUDA SDK", "version": "12.8.1"}}']),
+    Parser("verify.checks:run_checks", in_tree("/proc/meminfo", lambda n: _all_checks(n)), (),
+           _fixture(f"{CI_TREE}/proc/meminfo")),
+    # user files: one error each, naming the file
+    Parser("verify.desired:load_spec_file", as_file(".json", desired.load_spec_file), (desired.SpecError,),
+           _fixture("node/desired_state.json", "node/gpu_machine_desired.json")),
+    Parser("verify.desired:load_vars_file", as_file(".yml", desired.load_vars_file), (desired.SpecError,),
+           [(REPO / "inventory/local/group_vars/all.yml").read_bytes()]),
+    Parser("verify.profiles:validate_profile",
+           lambda d: profiles.validate_profile(bounded_load.loads_json_bounded(text(d), "profile"), "fuzzed.json"),
+           (profiles.ProfileError, bounded_load.BoundedLoadError),
+           [p.read_bytes() for p in sorted((REPO / "verify/profiles").glob("*.json"))]),
+    Parser("verify.bounded_load:load_yaml_bounded", as_file(".yml", bounded_load.load_yaml_bounded),
+           (bounded_load.BoundedLoadError,), [(REPO / "inventory/local/group_vars/all.yml").read_bytes()]),
+    Parser("verify.bounded_load:load_json_bounded", as_file(".json", bounded_load.load_json_bounded),
+           (bounded_load.BoundedLoadError,), _fixture("node/desired_state.json")),
+    Parser("verify.fleet.model:parse_node_report",
+           lambda d: model.parse_node_report(model.json_loads(d), "fuzzed.json", "h1"), (ValueError,),
+           _fixture("fleet/node_report_ci_vm.json", "node/gpu_machine_report.json")),
+    Parser("verify.fleet.model:parse_crossnode", lambda d: model.parse_crossnode(model.json_loads(d)), (ValueError,),
+           _fixture("fleet/crossnode_allreduce_gloo_2node.json")),
+    Parser("verify.fleet.model:load_fleet_dir", in_root("/h1/report.json", lambda r: _fleet_report(r)), (),
+           _fixture("fleet/node_report_ci_vm.json", "node/gpu_machine_report.json")),
+    # plugins: each module's own error (fail_json with it, never a traceback)
+    Parser("plugins.modules.kernel_values:parse_cpulist", lambda d: kernel_values.parse_cpulist(text(d)),
+           (ValueError,), [b"0-3,8,10-11"]),
+    Parser("plugins.modules.kernel_values:current_value",
+           lambda d: kernel_values.current_value("/sys/block/vda/queue/scheduler", text(d)), (),
+           _fixture("preflight/vda_scheduler")),
+    Parser("plugins.modules.memory_thp:read_mode",
+           in_root("/kernel/mm/transparent_hugepage/enabled", lambda r: memory_thp.read_mode(r, "enabled")),
+           (memory_thp.ThpError,), _fixture("preflight/thp_enabled", "preflight/thp_defrag")),
+    Parser("plugins.modules.gpu_persistence:parse_query", lambda d: gpu_persistence.parse_query(text(d)),
+           (gpu_persistence.PersistenceError,),
+           _fixture("role_gpu/nvidia-smi_query-gpu_h100-80gb-hbm3_590.48.01.csv",
+                    "role_gpu/nvidia-smi_query-gpu_l40s_595.80.csv")),
+    Parser("plugins.modules.nic_info:parse_networkd_file", lambda d: nic_info.parse_networkd_file(text(d)), (),
+           _fixture("sysfs_net/networkctl_status_managed.txt", "sysfs_net/networkctl_status_unmanaged.txt")),
+    Parser("plugins.modules.nic_info:netplan_defines", lambda d: nic_info.netplan_defines(text(d)), (),
+           _fixture("sysfs_net/netplan_get_defined.txt", "sysfs_net/netplan_get_undefined.txt")),
+    Parser("plugins.modules.nic_info:read_nic", in_root("/class/net/eth0/mtu", lambda r: nic_info.read_nic(r, "eth0")),
+           (), [b"1500\n", b"9000\n"]),
+    Parser("plugins.modules.cpu_governor:read_governors",
+           in_root("/devices/system/cpu/cpu0/cpufreq/scaling_governor", cpu_governor.read_governors), (),
+           [b"performance\n", b"schedutil\n"]),
+    Parser("plugins.modules.memory_hugepages:default_page_kb", in_root("/meminfo", memory_hugepages.default_page_kb),
+           (), _fixture(f"{CI_TREE}/proc/meminfo")),
+    Parser("plugins.modules.memory_hugepages:_read_int", as_file("", memory_hugepages._read_int), (), [b"1024\n"]),
+    Parser("plugins.modules.gpu_facts:unit_exists",
+           in_root("/etc/systemd/system/nvidia-persistenced.service",
+                   lambda r: gpu_facts.unit_exists(r, "nvidia-persistenced.service")), (), [b"[Unit]\n"]),
+    Parser("plugins.filter.memory:memory_cmdline_hugepages",
+           lambda d: memory_filter.memory_cmdline_hugepages(text(d)), (AnsibleFilterError,),
+           [b"BOOT_IMAGE=/vmlinuz root=UUID=x ro quiet hugepagesz=1G hugepages=8 default_hugepagesz=2M\n"]),
+    Parser("plugins.module_utils.ledger_core:load_ledger",
+           in_root(LEDGER, lambda r: ledger_core.load_ledger(r, LEDGER)),
+           (ledger_core.LedgerError,), [json.dumps(_ledger).encode() for _ledger in (
+               {"schema": ledger_core.SCHEMA, "paths": {"/proc/sys/vm/swappiness": {"value": "60", "exists": True}},
+                "files": {"/etc/sysctl.d/90-tunefleet.conf": {"state": "absent", "created_dirs": []}},
+                "services": {"irqbalance": {"enabled": "enabled", "active": "active"}},
+                "kernel_modules": {"nvidia_peermem": {"loaded": False}}},)]),
+    Parser("plugins.module_utils.ledger_core:read_live_value",
+           in_root("/proc/sys/vm/swappiness", lambda r: ledger_core.read_live_value(r, "/proc/sys/vm/swappiness")),
+           (ledger_core.LedgerError,), _fixture("ledger/tcp_rmem", "ledger/thp_enabled", "ledger/loop0_scheduler")),
+    Parser("plugins.module_utils.preflight_checks:max_mtu_from_ip",
+           lambda d: preflight_checks.max_mtu_from_ip(text(d)), (),
+           _fixture("preflight/ip_d_j_link_show.json", "preflight/ip_d_link_show.txt")),
+]
+
+
+def _pcie(n: node.Node):
+    from verify.bench import hardware
+
+    gpu = hardware.GpuLinks(0, "NVIDIA H200", "00000000:18:00.0")
+    hardware.read_pcie(n, gpu)
+    return gpu
+
+
+def _all_checks(n: node.Node) -> list:
+    from verify.checks import run_checks
+
+    results = run_checks(SPEC, n)
+    assert results
+    return results
+
+
+def _fleet_report(root: str):
+    from verify.fleet.report import write_reports
+    from verify.fleet.summary import build_summary
+
+    nodes, errors = model.load_fleet_dir(root)
+    with tempfile.TemporaryDirectory(prefix="tf-fuzz-out-") as out:
+        write_reports(build_summary(nodes, errors), Path(out), ("json", "md", "junit"))
+    return nodes, errors
+
+
+# Functions the naming convention finds that are not parsers of outside input, or are covered
+# through another entry; each with its reason.
+EXEMPT = {
+    "verify.local_run:load_named_profile": "wraps verify.profiles:load_profile (shipped files) into UsageError",
+    "verify.local_run:parse_formats": "argparse input, refused with UsageError; not file or tool output",
+    "verify.profiles:load_profile": "shipped files only; bounded load + validate_profile are fuzzed",
+    "verify.node:Node.read": "returns text or None (errors='replace'); its callers' parsers are fuzzed",
+    "verify.node:Node.read_value": "strip() of Node.read",
+    "verify.node:Node.readlink_name": "a symlink's basename; no parsing",
+    "verify.fleet.model:_load_paths": "inside load_fleet_dir, fuzzed with it",
+    "verify.fleet.model:_read_json": "json_loads of a file; fuzzed through parse_node_report/load_fleet_dir",
+    "verify.fleet.multinode:_read_json": "reads this package's own engine output (torch_allreduce JSON)",
+    "verify.fleet.report:read_addresses": "reads the address map playbooks/verify.yml writes; errors are LoadErrors",
+    "verify.bench.perftest:_read": "sysfs read with errors='replace'; fuzzed through discover_ports",
+    "verify.bench.odirect_read:read_direct": "a benchmark engine (O_DIRECT reads), not a parser",
+    "plugins.modules.cpu_governor:_read": "fuzzed through read_governors",
+    "plugins.modules.nic_info:_read": "fuzzed through read_nic",
+    "plugins.modules.kernel_values:_read": "open().read() with errors='replace'; current_value is fuzzed",
+    "plugins.modules.memory_thp:parse_modes": "fuzzed through read_mode",
+    "plugins.modules.block_device_info:_read": "moved to module_utils/block_devices (helper B's)",
+    "plugins.modules.block_device_info:read_device": "moved to module_utils/block_devices (helper B's)",
+    "plugins.module_utils.block_devices:*": "helper B's new module; not fuzzed yet (see the report)",
+    "plugins.module_utils.preflight_checks:_read": "helper E's preflight reader (errors='replace')",
+    "verify.bounded_load:read_bounded": "bytes up to a limit; fuzzed through load_json_bounded/load_yaml_bounded",
+    "verify.fleet.model:_parse_result": "inside parse_node_report/parse_crossnode, fuzzed with them",
+    "verify.safe_io:read_trusted_file": "returns a file's text (no parsing); its callers parse",
+    "verify.checks.irqbalance:*": "helper C's module; irqbalance_cmdline reads NUL-separated argv",
+    "verify.checks.health_*:*": "helper F's new health checks; run through verify.checks:run_checks",
+}
+
+
+def discovered() -> list:
+    """module:function names of every parse_*/load_*/read_* (leading _ allowed) in verify/ and plugins/."""
+    found = []
+    for base in ("verify", "plugins"):
+        for path in sorted((REPO / base).rglob("*.py")):
+            parts = path.relative_to(REPO).with_suffix("").parts
+            module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            for item in ast.walk(tree):
+                if isinstance(item, ast.ClassDef):
+                    for fn in item.body:
+                        if isinstance(fn, ast.FunctionDef) and _is_parser_name(fn.name):
+                            found.append(f"{module}:{item.name}.{fn.name}")
+            for fn in tree.body:
+                if isinstance(fn, ast.FunctionDef) and _is_parser_name(fn.name):
+                    found.append(f"{module}:{fn.name}")
+    return found
+
+
+def _is_parser_name(name: str) -> bool:
+    return name.lstrip("_").startswith(("parse_", "load_", "read_", "parse", "read"))
+
+
+def _exempt(name: str) -> bool:
+    module, _, function = name.partition(":")
+    for key in EXEMPT:
+        key_module, _, key_function = key.partition(":")
+        if key_function == "*" and (module == key_module or (key_module.endswith("*")
+                                                              and module.startswith(key_module[:-1]))):
+            return True
+        if key == name:
+            return True
+    return False
+
+
+def test_every_parser_is_fuzzed():
+    covered = {p.name for p in PARSERS}
+    missing = [n for n in discovered() if n not in covered and not _exempt(n)]
+    assert not missing, f"add these parsers to PARSERS (or EXEMPT, with a reason): {missing}"
+
+
+def test_registry_names_are_real():
+    names = set(discovered())
+    stale = [p.name for p in PARSERS if _is_parser_name(p.name.split(":")[1].split(".")[-1].split("/")[0])
+             and p.name.split("/")[0] not in names]
+    assert not stale, f"PARSERS names functions that no longer exist: {stale}"
+
+
+# ---- inputs ---------------------------------------------------------------------------------------
+
+BAD_NUMBERS = ["nan", "NaN", "inf", "-inf", "Infinity", "-1", "-0.5", "²", "٣", "1e309", "9" * 5000,
+               "99999999", "0", "", "0x10", "1.2.3", "0-99999999"]
+NUMBER = r"-?\d+(?:\.\d+)?"
+
+
+class Hang(Exception):
+    pass
+
+
+def _alarm(signum, frame):
+    raise Hang(f"a parser ran longer than {HANG_S} s")
+
+
+@st.composite
+def mutated(draw, fixtures: list) -> bytes:
+    """A real fixture, broken the ways a sick node breaks output."""
+    import re
+
+    data = draw(st.sampled_from(fixtures)) if fixtures else b""
+    for _ in range(draw(st.integers(1, 3))):
+        lines = data.split(b"\n")
+        op = draw(st.sampled_from(["cut", "cut_mid", "drop", "repeat", "number", "nest", "bytes", "nul"]))
+        if op == "cut":
+            data = b"\n".join(lines[: draw(st.integers(0, len(lines)))])
+        elif op == "cut_mid":
+            data = data[: draw(st.integers(0, len(data)))]
+        elif op == "drop" and lines:
+            index = draw(st.integers(0, len(lines) - 1))
+            data = b"\n".join(lines[:index] + lines[index + 1:])
+        elif op == "repeat" and lines:
+            index = draw(st.integers(0, len(lines) - 1))
+            data = b"\n".join(lines[:index] + [lines[index]] * draw(st.integers(2, 50)) + lines[index:])
+        elif op == "number":
+            decoded = data.decode("utf-8", errors="surrogateescape")
+            spots = list(re.finditer(NUMBER, decoded))
+            bad = draw(st.sampled_from(BAD_NUMBERS))
+            if spots:
+                spot = spots[draw(st.integers(0, len(spots) - 1))]
+                decoded = decoded[: spot.start()] + bad + decoded[spot.end():]
+            else:
+                decoded += bad
+            data = decoded.encode("utf-8", errors="surrogateescape")
+        elif op == "nest":
+            at = draw(st.integers(0, len(data)))
+            depth = draw(st.sampled_from([70, 2000, 100000]))
+            opener = draw(st.sampled_from([b"[", b'{"a":', b"- "]))
+            data = data[:at] + opener * depth + data[at:]
+        elif op == "bytes":
+            at = draw(st.integers(0, len(data)))
+            data = data[:at] + draw(st.sampled_from([b"\xff\xfe", b"\xc3", b"\xed\xa0\x80", b"\x80" * 3])) + data[at:]
+        elif op == "nul":
+            at = draw(st.integers(0, len(data)))
+            data = data[:at] + b"\x00" + data[at:]
+    return data
+
+
+def inputs(parser: Parser):
+    random_text = st.text(max_size=400).map(lambda s: s.encode("utf-8", errors="surrogatepass"))
+    return st.one_of(random_text, st.binary(max_size=200), mutated(parser.fixtures))
+
+
+def check_total(parser: Parser, data: bytes) -> None:
+    previous = signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(HANG_S)
+    try:
+        parser.call(data)
+    except parser.errors as exc:
+        assert str(exc).strip(), f"{parser.name} raised {type(exc).__name__} with no message"
+    except Hang:
+        raise
+    except Exception as exc:  # noqa: BLE001 - that is the finding
+        raise AssertionError(f"{parser.name} raised {type(exc).__name__}: {str(exc)[:200]} "
+                             f"(documented: {[e.__name__ for e in parser.errors]})") from exc
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.mark.parametrize("parser", PARSERS, ids=[p.name for p in PARSERS])
+def test_real_fixtures_parse(parser: Parser):
+    """The unbroken captures are read without error (else the fuzzing below tests nothing)."""
+    for data in parser.fixtures:
+        parser.call(data)
+
+
+@pytest.mark.parametrize("parser", PARSERS, ids=[p.name for p in PARSERS])
+def test_parser_is_total(parser: Parser):
+    @given(data=inputs(parser))
+    def run(data: bytes) -> None:
+        check_total(parser, data)
+
+    run()
+
+
+def test_nan_and_impossible_figures_never_pass():
+    for bad in (math.nan, math.inf, -1.0, -math.inf, 10 ** 400):
+        status, _ = common.Threshold(limit=1.0).judge(bad)
+        assert status == Status.ERROR
+        status, _ = common.Threshold(limit=1.0, kind="max").judge(bad)
+        assert status == Status.ERROR
