@@ -78,11 +78,30 @@ def test_run_gives_one_result_per_gpu_and_direction(monkeypatch):
         "bench.d2h.gpu1",
         "bench.h2d.gpu0",
         "bench.h2d.gpu1",
+        "bench.pcie_link.gpu0",
+        "bench.pcie_link.gpu1",
     ]
-    assert all(r.status == Status.PASS for r in results)
+    copies = [r for r in results if not r.check_id.startswith("bench.pcie_link")]
+    assert all(r.status == Status.PASS for r in copies)
+    # This capture predates the under-load reading: the link rows say so instead of guessing.
+    links = [r for r in results if r.check_id.startswith("bench.pcie_link")]
+    assert all(r.status == Status.SKIP and "not read" in r.reason for r in links)
     call = node.runner.calls[0]
     assert call["argv"][1:3] == ["-I", "-u"] and call["argv"][6] == "verify.bench.torch_hostcopy"
     assert call["cwd"] == "/" and "PYTHONPATH" not in call["env"]
+
+
+def test_pcie_link_under_load_settles_the_idle_warning():
+    gpu = dict(captured()["gpus"][0])
+    gpu["pcie_under_load"] = {"gen_current": 5, "width_current": 16}
+    assert hostcopy.judge_link_under_load(gpu).status == Status.PASS
+    gpu["pcie_under_load"] = {"gen_current": 3, "width_current": 16}
+    slow = hostcopy.judge_link_under_load(gpu)
+    assert slow.status == Status.FAIL and "00000000:00:06.0" in slow.reason and "Gen3 x16" in slow.reason
+    gpu["pcie_under_load"] = {"gen_current": 5, "width_current": 8}
+    assert hostcopy.judge_link_under_load(gpu).status == Status.FAIL
+    gpu["pcie_under_load"] = {"error": "NVML unavailable: no module named pynvml"}
+    assert hostcopy.judge_link_under_load(gpu).status == Status.SKIP
 
 
 def test_engine_that_cannot_run_is_skip_and_crash_is_error(monkeypatch):

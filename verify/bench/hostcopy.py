@@ -94,6 +94,31 @@ def judge_copy(
                   REMEDIATION, details, degraded, peak=1.0, peak_source=f"all of {link.source}")
 
 
+def judge_link_under_load(gpu: dict) -> CheckResult:
+    """Pure: the PCIe link NVML read while this GPU's copies ran, against the link's maximum.
+
+    This settles the idle health check's WARN (a GPU may idle its link down): under load a lower
+    generation or a narrower width is a link that trained down (riser, slot, BIOS), a FAIL.
+    """
+    pcie = gpu.get("pcie") or {}
+    loaded = gpu.get("pcie_under_load") or {}
+    check_id = f"bench.pcie_link.gpu{gpu.get('index')}"
+    name = f"GPU {gpu.get('index')} ({pcie.get('bus_id') or 'bus id unknown'})"
+    details = {"gpu": gpu.get("name"), "pcie_max": pcie, "pcie_under_load": loaded}
+    gen, width = loaded.get("gen_current"), loaded.get("width_current")
+    gen_max, width_max = pcie.get("gen_max"), pcie.get("width_max")
+    if not all(isinstance(v, int) and v > 0 for v in (gen, width, gen_max, width_max)):
+        why = loaded.get("error") or "NVML gave no link reading during the copies"
+        return result(check_id, Status.SKIP, f"{name}: PCIe link under load not read: {why}", details=details)
+    expected, observed = f"Gen{gen_max} x{width_max}", f"Gen{gen} x{width}"
+    if gen < gen_max or width < width_max:
+        return result(check_id, Status.FAIL, f"{name}: PCIe link at {observed} under load, the link allows {expected}",
+                      expected, observed, "reseat the GPU or its riser, check the slot's BIOS PCIe setting; "
+                      "RMA the board if the link keeps training down", details)
+    return result(check_id, Status.PASS, f"{name}: PCIe link at {observed} under load", expected, observed,
+                  details=details)
+
+
 def sysfs_peak(node, gpu: dict) -> Optional[peaks.Peak]:
     """The PCIe peak sysfs reports for this GPU's bus id (the engine gives it from NVML)."""
     bus_id = (gpu.get("pcie") or {}).get("bus_id")
@@ -160,6 +185,7 @@ def run(spec: Optional[dict], profile: Optional[dict], node, overrides: Optional
             )
         results = [judge_copy(d, gpu, floors[d], ratio, sysfs_peak(node, gpu))
                    for gpu in payload["gpus"] for d in ("h2d", "d2h")]
+        results += [judge_link_under_load(gpu) for gpu in payload["gpus"]]
         tries_seen.append(results)
         worst = max(results, key=lambda r: (r.status == Status.FAIL, r.status == Status.ERROR, r.status == Status.WARN))
         summary = result("bench.hostcopy", worst.status, worst.reason, observed=len(results))

@@ -47,7 +47,29 @@ def pcie_links(count: int) -> list:
     return links
 
 
-def measure_gpu(torch, index: int, nbytes: int, iters: int, warmup: int) -> dict:
+def link_under_load(index: int) -> dict:
+    """NVML's current PCIe generation and width of one GPU, read while its copies are in flight.
+
+    GPUs train the link down at idle to save power, so only a reading under load says whether the
+    link really runs at its maximum (the idle health check can only warn).
+    """
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception as exc:  # no pynvml, or NVML refused to start
+        return {"error": f"NVML unavailable: {exc}"}
+    try:
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        return {"gen_current": int(pynvml.nvmlDeviceGetCurrPcieLinkGeneration(handle)),
+                "width_current": int(pynvml.nvmlDeviceGetCurrPcieLinkWidth(handle))}
+    except Exception as exc:
+        return {"error": str(exc)}
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def measure_gpu(torch, index: int, nbytes: int, iters: int, warmup: int, sample_link=None) -> dict:
     device = torch.device("cuda", index)
     torch.cuda.set_device(device)
     host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
@@ -62,6 +84,8 @@ def measure_gpu(torch, index: int, nbytes: int, iters: int, warmup: int) -> dict
         for _ in range(iters):
             target.copy_(origin, non_blocking=True)
         end.record()
+        if sample_link is not None and name == "h2d":
+            out["pcie_under_load"] = sample_link(index)  # the copies are queued and running now
         end.synchronize()
         seconds = start.elapsed_time(end) / 1000.0 / iters
         out[f"{name}_gbps"] = nbytes / seconds / 1e9
@@ -96,7 +120,7 @@ def main(argv=None) -> int:
             "name": torch.cuda.get_device_name(index),
             "pcie": links[index] if index < len(links) else {},
         }
-        row.update(measure_gpu(torch, index, nbytes, args.iters, args.warmup))
+        row.update(measure_gpu(torch, index, nbytes, args.iters, args.warmup, link_under_load))
         print(
             f"gpu{index} {row['name']}: H2D {row['h2d_gbps']:.1f} GB/s, D2H {row['d2h_gbps']:.1f} GB/s",
             file=sys.stderr,
