@@ -32,7 +32,7 @@ from verify.bench.common import (
     which,
     with_retries,
 )
-from verify.bench.nccl_parse import CurvePoint, NcclTransport, parse_nccl_debug, parse_nccl_tests
+from verify.bench.nccl_parse import CurvePoint, NcclParseError, NcclTransport, parse_nccl_debug, parse_nccl_tests
 from verify.profiles import bench_setting, resolve_threshold
 from verify.result import CheckResult, Status
 
@@ -207,7 +207,10 @@ def measure(node, engine: str, binary: Optional[str], opts: NcclOptions, gpus: i
         return None, f"{engine} hung: killed after {opts.timeout_s:.0f} s (partial output kept)", raw
     transport = parse_nccl_debug(out.stdout + "\n" + out.stderr)
     if engine == "nccl-tests":
-        run = parse_nccl_tests(out.stdout)
+        try:
+            run = parse_nccl_tests(out.stdout)
+        except NcclParseError as exc:  # output a sick node cut or garbled: this try's ERROR, not a crash
+            return None, f"all_reduce_perf output is broken ({exc}): not a measurement", raw
         if not run.points:
             return None, f"all_reduce_perf exited {out.returncode} without a result row", raw
         problems = []

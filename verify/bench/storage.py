@@ -24,6 +24,7 @@ from verify.bench.common import (
     CANNOT_RUN,
     Threshold,
     Try,
+    broken_measurement,
     engine_argv,
     engine_env,
     human_bytes,
@@ -37,7 +38,7 @@ from verify.bench.common import (
     which,
     with_retries,
 )
-from verify.bench.gds_parse import parse_gdscheck, parse_gdsio
+from verify.bench.gds_parse import GdsParseError, parse_gdscheck, parse_gdsio
 from verify.interrupt import deferred
 from verify.profiles import bench_setting, resolve_threshold
 from verify.result import Status
@@ -227,10 +228,14 @@ def run_gdsio(spec, profile, node, opts: StorageOptions, path: str, binary: str)
     for xfer, name in ((0, "gpud"), (2, "cpu_gpu")):
         argv = gdsio_argv(binary, opts, path, xfer)
         out = node.run(argv, timeout_s=opts.timeout_s)
-        runs = parse_gdsio(out.stdout)
         check_id = f"bench.storage.gdsio.{name}"
-        if out.timed_out or not runs:
-            why = "hung" if out.timed_out else f"exited {out.returncode} without a result line"
+        try:
+            runs = parse_gdsio(out.stdout)
+            broken = broken_measurement(runs[0].throughput_gbps) if runs else None
+        except GdsParseError as exc:
+            runs, broken = [], str(exc)
+        if out.timed_out or not runs or broken:
+            why = "hung" if out.timed_out else (broken or f"exited {out.returncode} without a result line")
             results.append(
                 result(
                     check_id,
@@ -252,7 +257,7 @@ def run_gdsio(spec, profile, node, opts: StorageOptions, path: str, binary: str)
                 {"argv": argv, "run": runs[0].to_dict()},
             )
         )
-    if "gpud" in measured and "cpu_gpu" in measured:
+    if "gpud" in measured and measured.get("cpu_gpu") and measured["cpu_gpu"].throughput_gbps > 0:
         ratio_threshold = resolve_threshold("gds_vs_cpu_ratio", profile, spec, DERIVED_GDS_RATIO)
         ratio = measured["gpud"].throughput_gbps / measured["cpu_gpu"].throughput_gbps
         gpud = results[0]

@@ -8,6 +8,7 @@ modified z = 0.6745 (x - median) / MAD (Iglewicz and Hoaglin, 1993), flagged bey
 from __future__ import annotations
 
 import functools
+import math
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -135,7 +136,11 @@ def numeric_observation(result) -> Optional[float]:
     value = result.details.get("value", result.observed)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an integer too big for a float: not a measurement to compare
+        return None
+    return number if math.isfinite(number) else None  # NaN/inf in a saved report: not comparable
 
 
 def fleet_outliers(metrics: dict) -> list:

@@ -101,7 +101,10 @@ def _json_text(document: dict) -> str:
         import orjson
     except ImportError:
         return json.dumps(document, default=str)
-    return orjson.dumps(document, default=str).decode("utf-8")
+    try:
+        return orjson.dumps(document, default=str).decode("utf-8")
+    except orjson.JSONEncodeError:  # an integer beyond 64 bits read from a node report
+        return json.dumps(document, default=str)
 
 
 def to_json(summary: FleetSummary) -> dict:
