@@ -75,3 +75,22 @@ def test_unusable_inventory_is_refused_before_ansible_runs(capsys, tmp_path: Pat
     code, err = run(capsys, ["verify", "-i", str(inventory), "--out", str(tmp_path / "reports"), *extra])
     assert code == 2 and message in err and str(inventory) in err
     assert not (tmp_path / "reports").exists()
+
+
+def test_unknown_profile_with_an_inventory_is_refused_like_local(capsys, tmp_path: Path) -> None:
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text("all:\n  hosts:\n    node1:\n")
+    code, err = run(capsys, ["verify", "-i", str(inventory), "--profile", "h999", "--out", str(tmp_path / "reports")])
+    assert code == 2 and "no hardware profile 'h999'" in err and "h200-x2-nvlink" in err
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "reports").exists()
+
+
+def test_a_known_profile_with_an_inventory_reaches_the_playbook(tmp_path: Path) -> None:
+    import argparse
+
+    from verify.fleet.run import Progress, runner_kwargs
+
+    args = argparse.Namespace(inventory="hosts.yml", limit=None, profile="h200-x2-nvlink")
+    kwargs = runner_kwargs(args, tmp_path, tmp_path / "reports" / "run1", str(tmp_path), Progress(lambda _: None))
+    assert kwargs["extravars"]["verify_profile"] == "h200-x2-nvlink"

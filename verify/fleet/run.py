@@ -73,6 +73,9 @@ def runner_kwargs(args, home: Path, run_dir: Path, work: str, progress: Progress
     }
     if args.limit:
         kwargs["limit"] = args.limit
+    if getattr(args, "profile", None):
+        # Over every inventory's verify_profile: the user named it for this run.
+        kwargs["extravars"]["verify_profile"] = args.profile
     return kwargs
 
 
@@ -87,8 +90,9 @@ def main(args) -> int:
     from verify.fleet.rundir import new_run_dir
 
     try:
+        check_profile(getattr(args, "profile", None))
         check_inventory(args.inventory, args.limit)
-    except InventoryError as exc:
+    except (InventoryError, ValueError) as exc:
         print(f"tunefleet verify: {exc}", file=sys.stderr)
         return 2
     home = project_root()
@@ -102,6 +106,14 @@ def main(args) -> int:
     with tempfile.TemporaryDirectory(prefix="tunefleet-runner-") as work:
         outcome = ansible_runner.run(**runner_kwargs(args, home, run_dir, work, progress))
     return finish(outcome.rc, outcome.status, run_dir, progress)
+
+
+def check_profile(name: Optional[str]) -> None:
+    """--profile NAME must be a shipped profile, refused here as `verify --local` refuses it."""
+    if name:
+        from verify.local_run import load_named_profile
+
+        load_named_profile(name)  # UsageError (a ValueError) naming the profile and the known ones
 
 
 class InventoryError(ValueError):
