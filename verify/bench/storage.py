@@ -22,6 +22,7 @@ from typing import Optional
 
 from verify.bench.common import (
     CANNOT_RUN,
+    ENGINE_CWD,
     Threshold,
     Try,
     broken_measurement,
@@ -129,7 +130,7 @@ def judge_floor(check_id: str, label: str, gbps: float, threshold: Optional[Thre
 
 
 def _engine_try(node, check_id: str, argv: list, timeout: float, label: str, judge) -> Try:
-    out = node.run(argv, timeout_s=timeout, env=engine_env())
+    out = node.run(argv, timeout_s=timeout, env=engine_env(), cwd=ENGINE_CWD)
     raw = {"argv": argv, "returncode": out.returncode, "stderr_tail": tail(out.stderr)}
     payload = read_result(out.stdout)
     if out.timed_out:
@@ -341,7 +342,8 @@ def run(spec: Optional[dict], profile: Optional[dict], node, overrides: Optional
     if opts.file:
         if not os.path.isfile(opts.file):
             return [result("bench.storage", Status.ERROR, f"--file {opts.file} does not exist")]
-        return measure(spec, profile, node, opts, opts.file)
+        # Engines start in / (never the caller's directory), so they get the absolute path.
+        return measure(spec, profile, node, opts, os.path.abspath(opts.file))
     parent, where = scratch_parent(node, spec, opts)
     room = free_bytes(parent)
     if room is None or room < opts.size_bytes + SPARE_BYTES:
@@ -371,6 +373,7 @@ def run(spec: Optional[dict], profile: Optional[dict], node, overrides: Optional
             ),
             timeout_s=opts.timeout_s,
             env=engine_env(),
+            cwd=ENGINE_CWD,
         )
         if not out.ok:
             return [
