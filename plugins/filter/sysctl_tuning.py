@@ -41,6 +41,11 @@ def sysctl_effective(settings: dict, extra: dict, skip_keys: list) -> dict:
     return {key: value for key, value in sorted(merged.items()) if key not in skipped}
 
 
+def sysctl_setting_name(key: str, extra: dict) -> str:
+    """What the user called a key, for messages: the variable that set it, and the key."""
+    return f"{'sysctl_extra_settings' if key in (extra or {}) else 'sysctl_settings'}[{key!r}]"
+
+
 def sysctl_live_values(settings: dict) -> dict:
     return {sysctl_proc_path(key): value for key, value in settings.items()}
 
@@ -52,4 +57,5 @@ class FilterModule:
             "sysctl_value_problems": sysctl_value_problems,
             "sysctl_effective": sysctl_effective,
             "sysctl_live_values": sysctl_live_values,
+            "sysctl_setting_name": sysctl_setting_name,
         }

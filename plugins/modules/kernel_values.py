@@ -32,6 +32,12 @@ options:
         for IRQs whose affinity it manages itself; nothing can pin those.
     type: bool
     default: false
+  labels:
+    description:
+      - Path -> the name the user gave it (e.g. the role variable and key), put in front of any
+        error about that path, so a refusal names the variable and not only the /proc path.
+    type: dict
+    default: {}
 author:
   - tunefleet developers
 """
@@ -207,10 +213,18 @@ def main() -> None:
         argument_spec={
             "values": {"type": "dict", "required": True},
             "tolerate_eio": {"type": "bool", "default": False},
+            "labels": {"type": "dict", "default": {}},
         },
         supports_check_mode=True,
     )
     changes, errors = plan(module.params["values"])
+    labels = module.params["labels"]
+
+    def named(text: str) -> str:  # every error starts with its path
+        label = labels.get(text.split(": ", 1)[0])
+        return f"{label}: {text}" if label else text
+
+    errors = [named(error) for error in errors]
     if errors:
         module.fail_json(msg="nothing was changed: " + "; ".join(errors), errors=errors)
     refused = []
@@ -218,7 +232,7 @@ def main() -> None:
         try:
             refused = apply(changes, module.params["tolerate_eio"])
         except KernelValueError as exc:
-            module.fail_json(msg=str(exc))
+            module.fail_json(msg=named(str(exc)))
     applied = [change for change in changes if change["path"] not in refused]
     module.exit_json(
         changed=bool(applied),
