@@ -15,7 +15,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 SCENARIOS ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 
-.PHONY: demo test venv system-deps lint pytest molecule collection clean
+.PHONY: demo test venv system-deps lint pytest molecule collection clean fuzz
 
 ## demo: tune this machine in check mode (changes nothing), then verify it and write reports/
 demo: $(RUNTIME_STAMP)
@@ -71,6 +71,11 @@ lint: $(STAMP)
 # Under the host guard: tests that touch the CI machine (loop devices, containers) must hand it back.
 pytest: $(STAMP)
 	PYTHON=$(BIN)/python molecule/host_guard.sh $(BIN)/pytest -q tests
+
+## fuzz: the parser property tests with a random seed and many more examples (FUZZ_EXAMPLES, default 1500)
+fuzz: $(STAMP)
+	TUNEFLEET_HYPOTHESIS_PROFILE=fuzz $(BIN)/pytest -q -p no:cacheprovider tests/unit/test_parsers_fuzz.py -k total \
+	  2>&1 | grep -E '^(E  +(AssertionError|[A-Za-z.]*Hang)|FAILED)|passed|failed' | cut -c1-400
 
 molecule: $(STAMP)
 	PYTHON=$(BIN)/python molecule/run.sh $(SCENARIOS)
