@@ -269,7 +269,10 @@ def load_ledger(root: str, ledger_path: str) -> dict:
     except json.JSONDecodeError as exc:
         raise LedgerError(f"ledger {ledger_path} is corrupted or truncated (not JSON: {exc.msg} at line {exc.lineno}); "
                           f"nothing was changed (restore cannot trust it); {keep}") from None
-    except (ValueError, RecursionError) as exc:
+    except RecursionError:
+        raise LedgerError(f"ledger {ledger_path} is corrupted: nested deeper than {MAX_LEDGER_DEPTH} levels; "
+                          f"nothing was changed (restore cannot trust it); {keep}") from None
+    except ValueError as exc:
         raise LedgerError(f"ledger {ledger_path} is corrupted: {str(exc)[:100]}; "
                           f"nothing was changed (restore cannot trust it); {keep}") from None
     problem = ledger_problem(data)

@@ -199,6 +199,12 @@ def main() -> None:
         module.fail_json(msg=str(exc))
     except OSError as exc:
         module.fail_json(msg=f"{exc.filename or module.params['ledger_path']}: {exc.strerror}")
+    except Exception as exc:  # noqa: BLE001 - a failure with a message, the traceback kept in the result
+        import traceback
+
+        module.fail_json(msg=f"ledger ({module.params['state']}) {module.params['ledger_path']}: "
+                             f"{type(exc).__name__}: {exc}; the ledger was left as it is",
+                         exception=traceback.format_exc())
 
 
 if __name__ == "__main__":

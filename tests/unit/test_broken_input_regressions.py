@@ -199,3 +199,31 @@ def test_one_truncated_perftest_client_is_that_hcas_error_only(tmp_path):
     broken, healthy = results["bench.rdma.mlx5_0.write_bw"], results["bench.rdma.mlx5_1.write_bw"]
     assert broken.status == Status.ERROR and "mlx5_0" in broken.reason and "cut short" in broken.reason
     assert healthy.status in (Status.PASS, Status.FAIL, Status.WARN) and healthy.observed is not None
+
+
+# ---- a corrupted ledger is refused by name, never overwritten or restored from -------------------
+
+LEDGER = "/var/lib/tunefleet/ledger.json"
+
+
+@pytest.mark.parametrize("text, words", [
+    ('{"schema": "tunefleet.ledger/v1", "paths": {"/proc/sys/vm/swappiness": {"value": "6', "truncated"),
+    ('{"schema": "tunefleet.ledger/v1", "paths": {"/proc/sys/vm/swappiness": {"exists": true}}}',
+     "no recorded value to write back"),
+    ('{"schema": "tunefleet.ledger/v1", "files": {"/etc/x.conf": {"state": "file"}}}', "lacks content"),
+    ('{"schema": "tunefleet.ledger/v1", "paths": ' + "[" * 5000 + "]" * 5000 + "}", "nested deeper"),
+])
+def test_corrupted_ledger_is_refused_and_kept(tmp_path, text, words):
+    sys.path.insert(0, str(REPO / ".cache" / "collections"))
+    from ansible_collections.tunefleet.gpu_node.plugins.module_utils import ledger_core, ledger_restore
+
+    where = tmp_path / LEDGER.lstrip("/")
+    where.parent.mkdir(parents=True)
+    where.write_text(text)
+    for action in (lambda: ledger_core.record(str(tmp_path), LEDGER, [], [], [], None),
+                   lambda: ledger_restore.restore(str(tmp_path), ledger_core.load_ledger(str(tmp_path), LEDGER),
+                                                  lambda argv: (0, "", ""))):
+        with pytest.raises(ledger_core.LedgerError, match=words) as caught:
+            action()
+        assert LEDGER in str(caught.value) and "nothing was changed" in str(caught.value)
+    assert where.read_text() == text
