@@ -79,6 +79,7 @@ def test_quick_set_on_a_node_without_gpu_or_hca_runs_storage_and_says_why_not_th
     assert chosen.selection == "quick" and chosen.families == ["storage"]
     assert dict(chosen.skipped) == {
         "nccl": "needs 2 ranks, this node has 0 GPUs",
+        "gpu": "no GPU on this node",
         "hostcopy": "no GPU on this node",
         "rdma": "no active RDMA port under /sys/class/infiniband",
     }
@@ -86,14 +87,15 @@ def test_quick_set_on_a_node_without_gpu_or_hca_runs_storage_and_says_why_not_th
 
 def test_quick_set_on_one_gpu_skips_the_all_reduce_and_measures_copies(tmp_path):
     chosen = bench.plan(["quick"], _node_with(tmp_path, 1, hcas=2))
-    assert chosen.families == ["hostcopy", "storage"]
+    assert chosen.families == ["gpu", "hostcopy", "storage"]
     assert dict(chosen.skipped)["nccl"] == "needs 2 ranks, this node has 1 GPU"
     assert "perftest (ib_write_bw) is not installed: 2 active HCA" in dict(chosen.skipped)["rdma"]
 
 
 def test_full_set_on_two_gpus_with_perftest_runs_everything_and_names_still_work(tmp_path):
     chosen = bench.plan(["full"], _node_with(tmp_path, 2, hcas=1, perftest=True))
-    assert chosen.families == ["nccl", "hostcopy", "storage", "rdma"] and chosen.skipped == []
+    assert chosen.families == ["gpu", "nccl", "hostcopy", "storage", "rdma"] and chosen.skipped == []
+    assert "burn" not in chosen.families  # the burn runs only when named (minutes of full power)
     named = bench.plan(["storage", "h2d", "nope"], _node_with(tmp_path, 0))
     assert named.selection == "named" and named.families == ["hostcopy", "storage"] and named.unknown == ["nope"]
     # A family named next to "quick" runs even where the hardware set would skip it (gloo on a CPU node).

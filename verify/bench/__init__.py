@@ -25,6 +25,8 @@ FAMILIES = {
     "storage": "verify.bench.storage",
     "hostcopy": "verify.bench.hostcopy",
     "dcgm": "verify.bench.dcgm",  # only when named: never in the quick/full set (hardware_set)
+    "gpu": "verify.bench.gpu",  # per-GPU HBM + BF16 matmul, per-pair copies (quick set)
+    "burn": "verify.bench.gpu_burn",  # only when named: sustained matmul on every GPU (minutes)
 }
 ALIASES = {
     "nccl_allreduce": "nccl",
@@ -40,13 +42,19 @@ ALIASES = {
     "h2d": "hostcopy",
     "d2h": "hostcopy",
     "pcie": "hostcopy",
+    "hbm": "gpu",
+    "matmul": "gpu",
+    "gemm": "gpu",
+    "p2p": "gpu",
+    "gpu_copy": "gpu",
+    "gpu_burn": "burn",
 }
 
 
 SETS = ("quick", "full")
-ORDER = ("nccl", "hostcopy", "storage", "rdma")
+ORDER = ("gpu", "nccl", "hostcopy", "storage", "rdma", "burn")
 CHECK_IDS = {"nccl": "bench.nccl_allreduce", "hostcopy": "bench.hostcopy", "storage": "bench.storage",
-             "rdma": "bench.rdma"}
+             "rdma": "bench.rdma", "gpu": "bench.gpu", "burn": "bench.gpu_burn"}
 # The quick set's options: under a minute on 2x H200 (all-reduce to 1 GiB, 256 MiB copies per GPU,
 # a 1 GiB storage read, 2 s per perftest run). "full" keeps the profile's sizes (4 GiB sweeps).
 QUICK = {
@@ -54,6 +62,7 @@ QUICK = {
     "hostcopy": {"size_bytes": 256 << 20},
     "storage": {"size_bytes": 1 << 30},
     "rdma": {"duration_s": 2},
+    "gpu": {"seconds": 1.0, "pair_seconds": 0.25},  # every GPU at once; pairs in turn (56 on 8 GPUs: ~15 s)
 }
 HOSTCOPY_OPTIONS = {"size_bytes": "int", "iters": "int", "tries": "int", "timeout_s": "float"}
 
@@ -80,6 +89,10 @@ def hardware_set(node, options: dict) -> tuple:
         run.append("nccl")
     else:
         skipped.append(("nccl", f"needs 2 ranks, this node has {gpus} GPU" + ("" if gpus == 1 else "s")))
+    if gpus:
+        run.append("gpu")
+    else:
+        skipped.append(("gpu", "no GPU on this node" + (f" ({found.gpu_reason})" if found.gpu_reason else "")))
     if gpus:
         run.append("hostcopy")
     else:
@@ -122,7 +135,7 @@ def option_types(family: str) -> dict:
         return dict(HOSTCOPY_OPTIONS)
     module = importlib.import_module(FAMILIES[family])
     options_class = {"nccl": "NcclOptions", "storage": "StorageOptions", "rdma": "PerftestOptions",
-                     "dcgm": "DcgmOptions"}[family]
+                     "dcgm": "DcgmOptions", "gpu": "GpuOptions", "burn": "BurnOptions"}[family]
     return {f.name: str(f.type) for f in fields(getattr(module, options_class))}
 
 

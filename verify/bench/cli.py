@@ -45,6 +45,13 @@ def build_parser(family: str) -> argparse.ArgumentParser:
         parser.add_argument("--queue-depth", type=int)
         parser.add_argument("--gpu", type=int)
         parser.add_argument("--engines", help="comma list of odirect,cufile,gdsio")
+    elif family == "gpu":
+        parser.add_argument("--seconds", type=float, help="timed window of each per-GPU figure")
+        parser.add_argument("--spread-pct", type=float, help="FAIL a GPU or pair this far below the node median")
+        parser.add_argument("--serial", action="store_true", default=None, help="GPUs one at a time")
+    elif family == "burn":
+        parser.add_argument("--duration-s", type=float, help="how long every GPU runs the matmul (default 60)")
+        parser.add_argument("--clock-fraction", type=float, help="FAIL under this fraction of the max SM clock")
     elif family == "hostcopy":
         parser.add_argument("--size-bytes", type=parse_size)
         parser.add_argument("--iters", type=int)

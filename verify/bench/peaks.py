@@ -96,3 +96,52 @@ def allreduce_peak(
         total *= 2
         source = f"2 x ({source}): NVLS reduces in the switch"
     return Peak(total, f"busbw bound {total:.1f} GB/s = {source}")
+
+
+# ---- GPU engines (verify/bench/gpu_*.py) ---------------------------------------------------------
+
+def hbm_peak(bus_width_bits: Optional[int], mem_clock_mhz: Optional[float], origin: str = "NVML") -> Optional[Peak]:
+    """A GPU's memory bandwidth: bus width (bits) / 8 x max memory clock x 2 (HBM/GDDR move data on
+    both clock edges, NVML reports the base clock: 5120 bits x 2619 MHz = 3352 GB/s on H100 SXM,
+    NVIDIA's 3.35 TB/s). A device-to-device copy moves read + write traffic through the same bus."""
+    if not bus_width_bits or not mem_clock_mhz or bus_width_bits < 1 or mem_clock_mhz <= 0:
+        return None
+    rate = bus_width_bits / 8 * mem_clock_mhz * 1e6 * 2 / 1e9
+    return Peak(rate, f"HBM {bus_width_bits}-bit x {mem_clock_mhz:g} MHz x 2 (DDR) = {rate:.0f} GB/s ({origin})")
+
+
+# Dense BF16 tensor-core FLOP per SM per clock, by compute capability (major, minor). Each is the
+# datasheet's dense rate / (SMs x the clock it was quoted at):
+#   7.0 V100 (FP16, no BF16): 125 TF / (80 x 1530 MHz) = 1021 -> 1024 (NVIDIA Tesla V100 whitepaper)
+#   7.5 T4 (FP16): 65 TF / (40 x 1590 MHz) = 1022 -> 1024 (NVIDIA T4 datasheet)
+#   8.0 A100: 312 TF / (108 x 1410 MHz) = 2049 -> 2048 (NVIDIA A100 whitepaper)
+#   8.6 A40: 149.7 TF / (84 x 1740 MHz) = 1024 (NVIDIA A40 datasheet)
+#   8.9 L40S: 362 TF / (142 x 2520 MHz) = 1012 -> 1024 (NVIDIA L40S datasheet)
+#   9.0 H100 SXM5: 989.4 TF / (132 x 1830 MHz) = 4096 (NVIDIA H100 whitepaper)
+#   10.0 B200: 2250 TF / (148 x 1965 MHz) = 7737 -> 8192 (NVIDIA HGX B200 datasheet, dense)
+# At the GPU's max SM clock this is a bound no real matmul passes (H200: 132 x 4096 x 1980 MHz = 1070 TF).
+DENSE_BF16_FLOP_PER_SM_CLOCK = {(7, 0): 1024, (7, 5): 1024, (8, 0): 2048, (8, 6): 1024, (8, 7): 2048,
+                                (8, 9): 1024, (9, 0): 4096, (10, 0): 8192}
+
+
+def matmul_peak(capability, sm_count: Optional[int], max_sm_clock_mhz: Optional[float]) -> Optional[Peak]:
+    """Dense BF16 TFLOPS bound: FLOP per SM per clock (table above) x SMs x max SM clock; None when unknown."""
+    try:
+        key = (int(capability[0]), int(capability[1]))
+    except (TypeError, ValueError, IndexError):
+        return None
+    per_clock = DENSE_BF16_FLOP_PER_SM_CLOCK.get(key)
+    if not per_clock or not sm_count or not max_sm_clock_mhz or max_sm_clock_mhz <= 0:
+        return None
+    rate = per_clock * sm_count * max_sm_clock_mhz * 1e6 / 1e12
+    return Peak(rate, f"sm_{key[0]}{key[1]} dense BF16 {per_clock} FLOP/SM/clock x {sm_count} SMs x "
+                      f"{max_sm_clock_mhz:g} MHz max SM clock = {rate:.0f} TFLOPS")
+
+
+def pair_copy_peak(nvlink_src: float, nvlink_dst: float, pcie: Optional[Peak]) -> Optional[Peak]:
+    """One direction of a GPU-to-GPU copy: the slower end's NVLink (sum of its active links per
+    direction), else the PCIe link when neither GPU has NVLink; None when nothing is known."""
+    if nvlink_src and nvlink_dst:
+        rate = min(nvlink_src, nvlink_dst)
+        return Peak(rate, f"NVLink {rate:.1f} GB/s per direction (the slower GPU's active links)")
+    return pcie

@@ -29,6 +29,10 @@ KEYS = {
     "storage_odirect_gbps": "GB/s O_DIRECT 1 MiB reads",
     "storage_cufile_gbps": "GB/s cuFile reads into GPU memory",
     "gds_vs_cpu_ratio": "gdsio GPU-direct throughput / CPU path throughput",
+    "gpu_hbm_gbps": "GB/s device-to-device copy per GPU, read + write counted (verify/bench/gpu.py)",
+    "gpu_matmul_bf16_tflops": "TFLOPS BF16 8192^3 matmul per GPU",
+    "gpu_copy_gbps": "GB/s GPU-to-GPU copy, one ordered pair, one way",
+    "gpu_copy_bidir_gbps": "GB/s GPU-to-GPU copy, each direction while both ways run at once",
     # hardware health (verify/checks/health_*.py)
     "gpu_count": "GPUs the driver must list (default: the profile's gpu_count)",
     "gpu_temp_margin_c": "degrees C of headroom below the GPU's slowdown limit (T.Limit)",

@@ -1,0 +1,303 @@
+"""GPU engines (issue 19): floors, the node's own median, NVML slowdowns, peaks, one-GPU SKIP and the burn.
+
+Every verdict goes through the real Node with a runner that replays the engine's output (one
+TUNEFLEET_RESULT line) and, for the burn, the health checks' own nvidia-smi and dmesg captures.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+from bench_helpers import FIXTURES, fixture, output, scripted_node
+
+from verify.bench import gpu, gpu_burn, gpu_clocks, gpu_judge, peaks
+from verify.bench.common import RESULT_MARKER, read_result
+from verify.bench.hardware import MEMO_KEY, GpuLinks, Hardware
+from verify.bench.nccl_parse import parse_nvlink_status
+from verify.checks import health_smi
+from verify.profiles import load_profile
+from verify.result import Status
+
+HEALTH = Path(__file__).resolve().parent.parent / "fixtures" / "node" / "health"
+H100_CMD = HEALTH / "h100x1" / "cmd"
+NVLINK_STATUS = FIXTURES.parent / "node" / "gpu_machine" / "nvidia-smi-nvlink-status.txt"
+
+
+def payload(name: str = "gpu_engine_h200x2_shaped.stdout") -> dict:
+    return read_result(fixture(name))
+
+
+def as_stdout(data: dict) -> str:
+    return "gpu0: ...\n" + RESULT_MARKER + json.dumps(data) + "\n"
+
+
+def engine_node(data: dict, gpus: int = 2, answer=None):
+    """The real Node: the engine's argv answers `data`, other commands `answer` (or nothing). The run's
+    hardware is the 2x H200's captured `nvidia-smi nvlink --status` (18 x 26.562 GB/s per GPU)."""
+
+    def reply(argv):
+        if "verify.bench.gpu_engine" in argv:
+            return output(argv, stdout=as_stdout(data))
+        return answer(argv) if answer else output(argv, missing=True)
+
+    node = scripted_node(reply)
+    links = parse_nvlink_status(NVLINK_STATUS.read_text())
+    node.memo[MEMO_KEY] = Hardware(gpus=[
+        GpuLinks(i, "NVIDIA H200", f"00000000:8{3 + i}:00.0", len(links.get(i, [])),
+                 peaks.nvlink_gbps(links.get(i, [])), pcie_gen_max=5, pcie_width_max=16) for i in range(gpus)])
+    return node
+
+
+@pytest.fixture(autouse=True)
+def torch_present(monkeypatch):
+    for module in (gpu, gpu_burn):
+        monkeypatch.setattr(module, "module_available", lambda name: True)
+
+
+def rows_of(results) -> dict:
+    return {r.check_id: r for r in results}
+
+
+# ---- peaks and clock reasons ------------------------------------------------------------------------
+
+def test_peaks_from_nvml_facts_match_the_datasheets():
+    assert peaks.hbm_peak(5120, 2619).gbps == pytest.approx(3352, abs=1)  # H100 SXM: 3.35 TB/s
+    assert peaks.hbm_peak(6144, 3201).gbps == pytest.approx(4917, abs=1)  # H200: 4.8 TB/s class
+    assert peaks.matmul_peak([9, 0], 132, 1830).gbps == pytest.approx(989.4, abs=0.5)  # H100 whitepaper
+    assert peaks.matmul_peak([9, 0], 132, 1980).gbps == pytest.approx(1070.5, abs=0.5)
+    assert peaks.matmul_peak([6, 1], 30, 1900) is None and peaks.hbm_peak(None, 2619) is None
+    assert peaks.pair_copy_peak(478.1, 478.1, None).gbps == pytest.approx(478.1)
+
+
+@pytest.mark.parametrize("capture", [H100_CMD / "query-gpu.stdout", HEALTH / "h200_query-gpu_load_590.48.01.csv",
+                                     HEALTH / "h200_query-gpu_idle_590.48.01.csv"])
+def test_reason_bits_decode_as_the_named_columns_of_real_captures(capture):
+    """The bitmask decoding agrees with each named Active/Not Active column nvidia-smi printed."""
+    for reading in health_smi.parse(capture.read_text()):
+        names = gpu_clocks.decode(reading.text("clocks_throttle_reasons.active"))
+        for field in ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown",
+                      "sw_power_cap"):
+            column = reading.active(f"clocks_throttle_reasons.{field}")
+            if column is not None:
+                assert (field in names) == column, (capture.name, field)
+
+
+def test_decode_names_every_bit_and_refuses_garbage():
+    assert gpu_clocks.decode("0x0000000000000001") == ["gpu_idle"]
+    assert gpu_clocks.decode(0x88) == ["hw_slowdown", "hw_power_brake_slowdown"]
+    assert gpu_clocks.decode(0x1000) == ["unknown_0x1000"]
+    with pytest.raises(ValueError):
+        gpu_clocks.decode(-1)
+    window = gpu_clocks.summarise([{"t": 0, "sm_mhz": 1980, "reasons": 0}, {"t": 1, "sm_mhz": 900, "reasons": 0x80}])
+    assert window["sm_mhz"]["min"] == 900 and gpu_clocks.slowdowns(window) == ["hw_power_brake_slowdown"]
+
+
+# ---- the quick set's rows ---------------------------------------------------------------------------
+
+def test_h200_pair_runs_all_pass_with_clocks_next_to_each_figure():
+    node = engine_node(payload())
+    results = gpu.run(None, load_profile("h200-x2-nvlink"), node, {})
+    rows = rows_of(results)
+    assert {k for k in rows} >= {"bench.gpu", "bench.gpu_hbm.gpu0", "bench.gpu_matmul.gpu1",
+                                 "bench.gpu_copy.gpu0_to_gpu1", "bench.gpu_copy.gpu1_to_gpu0",
+                                 "bench.gpu_copy_bidir.gpu0_to_gpu1", "bench.gpu_copy_bidir.gpu1_to_gpu0"}
+    assert all(r.status is Status.PASS for r in results), [(r.check_id, r.reason) for r in results]
+    matmul = rows["bench.gpu_matmul.gpu0"]
+    assert "808.0 TFLOPS" in matmul.reason and "SM 1980 MHz" in matmul.reason and "reasons: none" in matmul.reason
+    assert "issue 19 measurement" in matmul.details["floor_source"]
+    assert matmul.details["physical_peak"]["gbps"] == pytest.approx(1070.5, abs=0.5)
+    # No profile floor for the both-ways copy: derived from NV18 and named so.
+    bidir = rows["bench.gpu_copy_bidir.gpu0_to_gpu1"]
+    assert bidir.details["floor_source"].startswith("derived: 0.6 x 478 GB/s")
+    engine_call = next(c for c in node.runner.calls if "verify.bench.gpu_engine" in c["argv"])
+    assert engine_call["env"]["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID" and engine_call["cwd"] == "/"
+
+
+def test_a_profile_floor_fails_every_gpu_under_it_even_when_they_agree():
+    data = payload()
+    for row in data["per_gpu"]:
+        row["matmul"]["tflops"] = 700.0  # both GPUs equal: no spread, but under 724
+    rows = rows_of(gpu.run(None, load_profile("h200-x2-nvlink"), engine_node(data), {}))
+    for index in (0, 1):
+        verdict = rows[f"bench.gpu_matmul.gpu{index}"]
+        assert verdict.status is Status.FAIL and "below the floor 724" in verdict.reason
+        assert "node median" not in verdict.reason
+
+
+def test_a_gpu_below_its_peers_median_fails_above_the_derived_floor_and_the_other_passes():
+    data = payload()
+    data["per_gpu"][1]["hbm"]["gbps"] = 3600.0  # above 0.7 x 4917 = 3442, 16% under GPU 0
+    rows = rows_of(gpu.run(None, None, engine_node(data), {}))
+    slow = rows["bench.gpu_hbm.gpu1"]
+    assert slow.status is Status.FAIL
+    assert "GPU 1 HBM copy (read+write) 3600.0 GB/s, node median 4259 (15% below, limit 10%)" in slow.reason
+    assert "passes the floor 3442" in slow.reason  # the floor alone would have let it through (WARN band)
+    assert rows["bench.gpu_hbm.gpu0"].status is Status.PASS
+    # Configurable: 20% lets it through.
+    looser = rows_of(gpu.run(None, None, engine_node(data), {"spread_pct": 20.0}))
+    assert looser["bench.gpu_hbm.gpu1"].status is Status.WARN  # the derived floor's warn band, no spread FAIL
+
+
+def test_one_slow_pair_is_named_with_the_node_median():
+    data = payload()
+    data["pairs"][3]["gbps"] = 201.0  # GPU 1 -> GPU 0 one way
+    rows = rows_of(gpu.run(None, None, engine_node(data), {}))
+    slow = rows["bench.gpu_copy.gpu1_to_gpu0"]
+    assert slow.status is Status.FAIL and "GPU 1 to GPU 0 copy 201.0 GB/s, node median 394" in slow.reason
+    assert rows["bench.gpu_copy.gpu0_to_gpu1"].status is Status.PASS
+
+
+def test_a_slowdown_sampled_during_the_matmul_fails_naming_that_gpu():
+    data = payload()
+    data["per_gpu"][1]["matmul"]["nvml"]["reasons"] = ["sw_power_cap", "hw_power_brake_slowdown"]
+    rows = rows_of(gpu.run(None, load_profile("h200-x2-nvlink"), engine_node(data), {}))
+    assert rows["bench.gpu_matmul.gpu1"].status is Status.FAIL
+    assert "GPU 1: hw_power_brake_slowdown during the BF16 matmul" in rows["bench.gpu_matmul.gpu1"].reason
+    assert rows["bench.gpu_matmul.gpu0"].status is Status.PASS
+    # SW power cap alone is a GPU at its configured limit: shown, not failed.
+    data["per_gpu"][1]["matmul"]["nvml"]["reasons"] = ["sw_power_cap"]
+    rows = rows_of(gpu.run(None, load_profile("h200-x2-nvlink"), engine_node(data), {}))
+    capped = rows["bench.gpu_matmul.gpu1"]
+    assert capped.status is Status.PASS and "sw_power_cap" in capped.reason
+
+
+@pytest.mark.parametrize("where, value, peak", [(("per_gpu", 0, "hbm", "gbps"), 5000.0, "4917"),
+                                                (("per_gpu", 1, "matmul", "tflops"), 1200.0, "1071"),
+                                                (("pairs", 0, "gbps"), 500.0, "478.1"),
+                                                (("per_gpu", 0, "hbm", "gbps"), float("nan"), None)])
+def test_a_figure_above_its_physical_peak_or_not_a_number_is_an_error(where, value, peak):
+    data = payload()
+    target = data[where[0]][where[1]]
+    for key in where[2:-1]:
+        target = target[key]
+    target[where[-1]] = value
+    results = gpu.run(None, load_profile("h200-x2-nvlink"), engine_node(data), {})
+    errors = [r for r in results if r.status is Status.ERROR and r.check_id != "bench.gpu"]
+    assert len(errors) == 1 and "measurement broken" in errors[0].reason
+    if peak:
+        assert f"above the physical peak {peak}" in errors[0].reason
+    assert rows_of(results)["bench.gpu"].status is Status.ERROR
+
+
+def test_one_gpu_skips_the_pair_rows_with_the_reason_and_judges_its_own_figures():
+    results = gpu.run(None, None, engine_node(payload("gpu_engine_h100x1_shaped.stdout"), gpus=1), {})
+    rows = rows_of(results)
+    for check in ("bench.gpu_copy", "bench.gpu_copy_bidir"):
+        assert rows[check].status is Status.SKIP and "one GPU on this node" in rows[check].reason
+    hbm = rows["bench.gpu_hbm.gpu0"]
+    assert hbm.status is Status.PASS and hbm.details["physical_peak"]["gbps"] == pytest.approx(3352, abs=1)
+    assert hbm.details["floor_source"].startswith("derived: 0.7 x 3352 GB/s") and "node_median" not in hbm.details
+
+
+def test_engine_that_cannot_run_or_hangs_is_one_row():
+    node = scripted_node(lambda argv: output(argv, stderr="torch sees no CUDA device", returncode=3))
+    assert [(r.check_id, r.status) for r in gpu.run(None, None, node, {})] == [("bench.gpu", Status.SKIP)]
+    node = scripted_node(lambda argv: output(argv, timed_out=True))
+    (row,) = gpu.run(None, None, node, {"timeout_s": 5.0})
+    assert row.status is Status.ERROR and "killed after 5 s" in row.reason
+
+
+def test_engine_argv_is_isolated_and_carries_the_options():
+    node = engine_node(payload())
+    gpu.run(None, None, node, {"seconds": 1.0, "pairs": False, "serial": True})
+    argv = next(c["argv"] for c in node.runner.calls if "verify.bench.gpu_engine" in c["argv"])
+    assert argv[1] == "-I" and argv[argv.index("--pairs") + 1] == "off" and "--serial" in argv
+    assert argv[argv.index("--seconds") + 1] == "1.0"
+
+
+# ---- the burn ---------------------------------------------------------------------------------------
+
+def health_answer(xid_line: str = "", ecc_after: str = "0"):
+    """nvidia-smi and dmesg as the 1x H100 capture answered them; the second reading may differ."""
+    seen = {"smi": 0, "dmesg": 0}
+    query = (H100_CMD / "query-gpu.stdout").read_text()
+    log = (H100_CMD / "dmesg-kernel.stdout").read_text()
+
+    def answer(argv):
+        if argv[0] == "nvidia-smi":
+            seen["smi"] += 1
+            text = query if seen["smi"] == 1 else query.replace("Enabled, 0, 0,", f"Enabled, {ecc_after}, 0,")
+            return output(argv, stdout=text)
+        if argv[0] == "dmesg":
+            seen["dmesg"] += 1
+            return output(argv, stdout=log + (xid_line if seen["dmesg"] > 1 else ""))
+        return output(argv, missing=True)
+
+    return answer
+
+
+def burn_payload(gpus: int = 1) -> dict:
+    data = payload("gpu_burn_h200x2_shaped.stdout")
+    data["gpus"] = data["gpus"][:gpus]
+    data["burn"]["gpus"] = data["burn"]["gpus"][:gpus]
+    return data
+
+
+def test_a_clean_burn_passes_with_health_read_before_and_after():
+    node = engine_node(burn_payload(), gpus=1, answer=health_answer())
+    rows = rows_of(gpu_burn.run(None, None, node, {"duration_s": 30}))
+    assert all(r.status is Status.PASS for r in rows.values()), [(k, r.reason) for k, r in rows.items()]
+    assert "805 TFLOPS sustained" in rows["bench.gpu_burn.gpu0"].reason
+    argvs = [c["argv"] for c in node.runner.calls]
+    smi = [i for i, a in enumerate(argvs) if a[0] == "nvidia-smi"]
+    engine = next(i for i, a in enumerate(argvs) if "verify.bench.gpu_engine" in a)
+    assert smi[0] < engine < smi[1]  # fresh readings on both sides of the burn
+    assert argvs[engine][argvs[engine].index("--burn-seconds") + 1] == "30"
+
+
+def test_a_new_xid_or_ecc_error_during_the_burn_fails_naming_the_gpu():
+    xid = "[ 9999.1] NVRM: Xid (PCI:0000:00:06): 79, pid=1, GPU has fallen off the bus.\n"
+    rows = rows_of(gpu_burn.run(None, None, engine_node(burn_payload(), 1, health_answer(xid_line=xid)), {}))
+    assert rows["bench.gpu_burn.errors"].status is Status.FAIL
+    assert "GPU 0 (0000:00:06.0): Xid 79 x1" in rows["bench.gpu_burn.errors"].reason
+    rows = rows_of(gpu_burn.run(None, None, engine_node(burn_payload(), 1, health_answer(ecc_after="2")), {}))
+    assert "GPU 0 (0000:00:06.0): 2 new uncorrectable ECC error(s)" in rows["bench.gpu_burn.errors"].reason
+
+
+def test_burn_throttle_and_low_clocks_fail_power_cap_alone_does_not():
+    data = burn_payload(2)
+    data["burn"]["gpus"][1]["nvml"]["reasons"] = ["sw_thermal_slowdown"]
+    rows = rows_of(gpu_burn.run(None, None, engine_node(data, 2, health_answer()), {}))
+    assert rows["bench.gpu_burn.gpu1"].status is Status.FAIL and "sw_thermal_slowdown under load" in \
+        rows["bench.gpu_burn.gpu1"].reason
+    assert rows["bench.gpu_burn.gpu0"].status is Status.PASS
+    data = burn_payload(2)
+    data["burn"]["gpus"][0]["nvml"]["reasons"] = ["sw_power_cap"]
+    data["burn"]["gpus"][0]["nvml"]["sm_mhz"] = {"min": 1100, "median": 1200, "max": 1500}
+    data["burn"]["gpus"][1]["nvml"]["reasons"] = ["sw_power_cap"]
+    rows = rows_of(gpu_burn.run(None, None, engine_node(data, 2, health_answer()), {}))
+    assert "GPU 0: SM clock 1200 MHz under load, below 0.7 x max 1980 MHz" in rows["bench.gpu_burn.gpu0"].reason
+    assert rows["bench.gpu_burn.gpu1"].status is Status.PASS
+
+
+def test_results_that_differ_between_gpus_or_over_time_are_silent_data_corruption():
+    data = burn_payload(2)
+    data["burn"]["gpus"][1]["digests"] = ["0" * 32] * 4
+    rows = rows_of(gpu_burn.run(None, None, engine_node(data, 2, health_answer()), {}))
+    sdc = rows["bench.gpu_burn.sdc"]
+    assert sdc.status is Status.FAIL and "GPU 1 differs" in sdc.reason and "no majority" in sdc.reason
+    data = burn_payload(2)
+    data["burn"]["gpus"][0]["digests"][2] = "f" * 32
+    rows = rows_of(gpu_burn.run(None, None, engine_node(data, 2, health_answer()), {}))
+    assert "GPU 0: the same matmul gave 2 different results over the run" in rows["bench.gpu_burn.sdc"].reason
+
+
+def test_burn_is_named_only_and_its_options_are_checked():
+    from verify.bench import canonical, check_options
+
+    assert canonical("burn") == "burn" and canonical("gpu-burn") == "burn" and canonical("hbm") == "gpu"
+    assert check_options({"burn": {"duration_s": 30}})["burn"]["duration_s"] == 30.0
+    with pytest.raises(ValueError, match="verify_bench_options.burn.duration: not an option of burn"):
+        check_options({"burn": {"duration": 30}})
+
+
+def test_judge_is_pure_on_the_fixture_copy():
+    """Judging does not change the payload it reads (the report keeps the engine's numbers)."""
+    data = payload()
+    before = copy.deepcopy(data)
+    items, _ = gpu_judge.figures(data, {0: 478.1, 1: 478.1}, None)
+    [gpu_judge.judge(i, items, None) for i in items]
+    assert data == before

@@ -1,0 +1,121 @@
+"""GPU engines in the quick set: per-GPU HBM bandwidth and BF16 matmul, per ordered GPU pair the copy
+one way and both ways at once, each with the NVML readings taken while it ran (verify.bench.gpu_engine
+measures, verify.bench.gpu_judge judges)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+from verify.bench import gpu_judge
+from verify.bench.common import (
+    CANNOT_RUN,
+    ENGINE_CWD,
+    engine_argv,
+    engine_env,
+    human_bytes,
+    last_line,
+    module_available,
+    progress,
+    read_result,
+    result,
+    tail,
+)
+from verify.profiles import resolve_threshold
+from verify.result import Status
+
+CHECK_ID = "bench.gpu"
+# torch numbers GPUs fastest-first unless told; nvidia-smi, NVML and the health checks by PCI bus.
+ENGINE_ENV = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+
+
+@dataclass
+class GpuOptions:
+    hbm_bytes: int = 2 << 30  # as issue 19 measured (2 GiB copied: 4 GiB of HBM traffic)
+    matmul_n: int = 8192
+    seconds: float = 2.0  # timed window per figure ("quick": 1 s, verify.bench.QUICK)
+    pair_bytes: int = 256 << 20
+    pair_seconds: float = 0.5
+    pairs: bool = True
+    serial: bool = False
+    spread_pct: float = gpu_judge.DEFAULT_SPREAD_PCT
+    sample_ms: float = 50.0
+    timeout_s: float = 300.0
+
+
+def options_from(overrides: Optional[dict]) -> GpuOptions:
+    chosen = GpuOptions()
+    for key, value in (overrides or {}).items():
+        if hasattr(chosen, key) and value is not None:
+            setattr(chosen, key, value)
+    return chosen
+
+
+def engine_args(options: GpuOptions) -> list:
+    return ["--mode", "quick", "--hbm-bytes", options.hbm_bytes, "--matmul-n", options.matmul_n,
+            "--seconds", options.seconds, "--pair-bytes", options.pair_bytes, "--pair-seconds", options.pair_seconds,
+            "--pairs", "on" if options.pairs else "off", "--sample-ms", options.sample_ms,
+            *(["--serial"] if options.serial else [])]
+
+
+def engine_failure(check_id: str, what: str, out, timeout: float) -> Optional[list]:
+    """The one row for an engine that gave no result (hung, cannot run here, crashed), else None."""
+    raw = {"returncode": out.returncode, "stderr_tail": tail(out.stderr), "stdout_tail": tail(out.stdout)}
+    if out.timed_out:
+        return [result(check_id, Status.ERROR, f"{what} hung: killed after {timeout:.0f} s",
+                       details={"partial_output": raw})]
+    if read_result(out.stdout) is not None:
+        return None
+    if out.returncode == CANNOT_RUN:
+        return [result(check_id, Status.SKIP, f"{what} cannot run here: {last_line(out.stderr)}",
+                       details={"partial_output": raw})]
+    return [result(check_id, Status.ERROR, f"{what} exited {out.returncode} without a result: "
+                                           f"{last_line(out.stderr)}", details={"partial_output": raw})]
+
+
+def link_facts(node) -> tuple:
+    """({GPU index: NVLink GB/s per direction}, PCIe peak) from the run's hardware (verify.bench.hardware)."""
+    from verify.bench.hardware import detect
+
+    found = detect(node)
+    return {g.index: g.nvlink_gbps for g in found.gpus}, found.pcie_peak()
+
+
+def judge_payload(payload: dict, spec: Optional[dict], profile: Optional[dict], node, spread_pct: float) -> list:
+    nvlink, pcie = link_facts(node)
+    items, rows = gpu_judge.figures(payload, nvlink, pcie)
+    floors = {kind: resolve_threshold(key, profile, spec) for kind, key in gpu_judge.KEYS.items()}
+    rows += [gpu_judge.judge(item, items, floors[item.kind], spread_pct) for item in items]
+    count = len(payload.get("gpus", []))
+    if count == 1:
+        rows += gpu_judge.one_gpu_skip(count)
+    return rows
+
+
+def run(spec: Optional[dict], profile: Optional[dict], node, overrides: Optional[dict] = None) -> list:
+    options = options_from(overrides)
+    if not module_available("torch"):
+        return [result(CHECK_ID, Status.SKIP, "PyTorch is not installed (the GPU engines need it)",
+                       remediation="pip install tunefleet[torch]")]
+    argv = engine_argv("verify.bench.gpu_engine", engine_args(options))
+    progress(f"GPU engines: HBM copy {human_bytes(options.hbm_bytes)}, BF16 matmul {options.matmul_n}^3, "
+             f"{options.seconds:g} s each, all GPUs at once; pair copies {human_bytes(options.pair_bytes)}")
+    start = time.perf_counter()
+    out = node.run(argv, timeout_s=options.timeout_s, env=engine_env(ENGINE_ENV), cwd=ENGINE_CWD)
+    wall = time.perf_counter() - start
+    failed = engine_failure(CHECK_ID, "GPU engine", out, options.timeout_s)
+    if failed:
+        return failed
+    payload = read_result(out.stdout)
+    rows = judge_payload(payload, spec, profile, node, options.spread_pct)
+    worst = max(rows, key=lambda r: (r.status is Status.ERROR, r.status is Status.FAIL, r.status is Status.WARN))
+    summary = result(CHECK_ID, Status.PASS if worst.status in (Status.PASS, Status.SKIP) else worst.status,
+                     f"GPU engines: {len(payload.get('gpus', []))} GPU(s), {len(rows)} rows in {wall:.1f} s "
+                     f"(engine {payload.get('engine_s', 0):.1f} s, NVML {payload.get('nvml')})",
+                     observed=round(wall, 2),
+                     details={"wall_s": round(wall, 2), "engine_s": payload.get("engine_s"),
+                              "torch": payload.get("torch"), "parallel": payload.get("parallel"),
+                              "gpus": payload.get("gpus"), "nvml_errors": payload.get("nvml_errors")})
+    progress(summary.reason)
+    return [summary, *rows]

@@ -1,0 +1,183 @@
+"""`--bench burn` (opt-in, never in the quick or full set): sustained BF16 matmul on every GPU at once.
+
+FAILs on: a clock event reason other than idle / application clocks / sync boost during the run
+(SW power cap is reported, and judged through the SM clock: a GPU at its power limit is working as
+configured, one held far below its max clock is not); a median SM clock under load below
+`clock_fraction` of the GPU's max; a new Xid or a new uncorrectable ECC error between the health
+readings taken before and after (the health checks' own readers, through the Node); and results that
+differ between GPUs of one model given identical inputs, or on one GPU over time (silent data corruption).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Optional
+
+from verify.bench import gpu_clocks
+from verify.bench.common import ENGINE_CWD, engine_argv, engine_env, module_available, progress, read_result, result
+from verify.bench.gpu import ENGINE_ENV, engine_failure
+from verify.result import CheckResult, Status
+
+CHECK_ID = "bench.gpu_burn"
+# Allowed under a burn: not throttling (BENIGN) and the power cap (judged by the clock fraction).
+ALLOWED = (*gpu_clocks.BENIGN, "sw_power_cap")
+DEFAULT_CLOCK_FRACTION = 0.70  # H200 under BF16 matmul held 1980 of 1980 MHz (tests/fixtures/node/health)
+REMEDIATION = "drain the GPU; check cooling, power feed and BMC power-brake events; RMA a GPU that repeats"
+
+
+@dataclass
+class BurnOptions:
+    duration_s: float = 60.0
+    matmul_n: int = 8192
+    clock_fraction: float = DEFAULT_CLOCK_FRACTION
+    check_s: float = 10.0
+    sample_ms: float = 100.0
+    timeout_s: float = 0.0  # 0: duration + 180 s
+
+
+def options_from(overrides: Optional[dict]) -> BurnOptions:
+    chosen = BurnOptions()
+    for key, value in (overrides or {}).items():
+        if hasattr(chosen, key) and value is not None:
+            setattr(chosen, key, value)
+    return chosen
+
+
+def health_reading(node) -> dict:
+    """Xids per bus and uncorrectable ECC per GPU now, read fresh by the health checks' readers."""
+    from verify.checks import health_smi, health_xid
+    from verify.checks.health_common import short_bdf
+
+    node.memo.pop("health_smi", None)  # memoised per run: a second reading must ask again
+    gpus, why = health_smi.query(node)
+    node.memo.pop("health_smi", None)
+    log, source = health_xid.read_kernel_log(node)
+    ecc = {}
+    for gpu in gpus:
+        try:
+            ecc[short_bdf(gpu.bus_id)] = {"index": gpu.index,
+                                          "uncorrected": gpu.number("ecc.errors.uncorrected.volatile.total")}
+        except (ValueError, health_smi.HealthParseError):
+            ecc[gpu.bus_id] = {"index": gpu.index, "uncorrected": None}
+    xids = {bus: {code: count for code, (count, _) in found.items()}
+            for bus, found in (health_xid.parse_xids(log).items() if log is not None else [])}
+    return {"ecc": ecc, "ecc_reason": why, "xids": xids, "xid_source": source if log is not None else None,
+            "xid_reason": None if log is not None else source}
+
+
+def judge_errors(before: dict, after: dict) -> CheckResult:
+    """New Xids or uncorrectable ECC errors during the burn -> FAIL naming the GPU."""
+    found = []
+    names = {bus: f"GPU {v['index']} ({bus})" for bus, v in after.get("ecc", {}).items()}
+    for bus, codes in after.get("xids", {}).items():
+        for code, count in codes.items():
+            new = count - before.get("xids", {}).get(bus, {}).get(code, 0)
+            if new > 0:
+                found.append(f"{names.get(bus, bus)}: Xid {code} x{new}")
+    for bus, now in after.get("ecc", {}).items():
+        was = (before.get("ecc", {}).get(bus) or {}).get("uncorrected")
+        if now.get("uncorrected") is not None and was is not None and now["uncorrected"] > was:
+            found.append(f"{names[bus]}: {now['uncorrected'] - was:.0f} new uncorrectable ECC error(s)")
+    details = {"before": before, "after": after}
+    unread = [r for r in (after.get("xid_reason"), after.get("ecc_reason")) if r]
+    if found:
+        return result(f"{CHECK_ID}.errors", Status.FAIL, "during the burn: " + "; ".join(found), "none new",
+                      "; ".join(found), REMEDIATION, details)
+    if unread:
+        return result(f"{CHECK_ID}.errors", Status.WARN, "no new Xid or ECC error seen, but not every reading "
+                      f"was possible: {'; '.join(unread)}", "none new", "unknown", "", details)
+    return result(f"{CHECK_ID}.errors", Status.PASS, "no new Xid, no new uncorrectable ECC error during the burn",
+                  "none new", "none", "", details)
+
+
+def judge_gpu(row: dict, facts: dict, fraction: float) -> CheckResult:
+    index = row["index"]
+    window = row.get("nvml") or {}
+    max_sm = (facts.get("nvml") or {}).get("max_sm_mhz")
+    text = gpu_clocks.describe(window)
+    tflops = row.get("tflops")
+    head = f"GPU {index}: {tflops:.0f} TFLOPS sustained over {row.get('wall_s', 0):.0f} s; {text}" \
+        if isinstance(tflops, (int, float)) else f"GPU {index}: no throughput; {text}"
+    details = {"nvml": window, "max_sm_mhz": max_sm, "clock_fraction": fraction,
+               "raw": {k: v for k, v in row.items() if k != "nvml"}}
+    problems = []
+    bad = [r for r in window.get("reasons", []) if r not in ALLOWED]
+    if bad:
+        problems.append(f"GPU {index}: {', '.join(bad)} under load")
+    sm = (window.get("sm_mhz") or {}).get("median")
+    if sm is not None and max_sm and sm < fraction * max_sm:
+        problems.append(f"GPU {index}: SM clock {sm:.0f} MHz under load, below {fraction:g} x max {max_sm:.0f} MHz")
+    if problems:
+        return result(f"{CHECK_ID}.gpu{index}", Status.FAIL, "; ".join(problems) + f" [{head}]",
+                      f">= {fraction:g} x max SM clock, no throttling", text, REMEDIATION, details)
+    if not window.get("samples"):
+        return result(f"{CHECK_ID}.gpu{index}", Status.WARN, f"{head}: no NVML samples, clocks not judged",
+                      None, None, "install nvidia-ml-py (pynvml) where verify runs", details)
+    return result(f"{CHECK_ID}.gpu{index}", Status.PASS, head, f">= {fraction:g} x max SM clock, no throttling",
+                  text, "", details)
+
+
+def judge_sdc(rows: list, facts: dict) -> CheckResult:
+    """Same inputs, same model -> the same bits on every GPU and at every checkpoint."""
+    groups: dict = {}
+    for row in rows:
+        gpu = facts.get(row["index"], {})
+        groups.setdefault((gpu.get("name"), tuple(gpu.get("capability") or ()), gpu.get("sm_count")), []).append(row)
+    problems, compared = [], 0
+    for (name, _, _), members in groups.items():
+        for row in members:
+            if len(set(row.get("digests") or [])) > 1:
+                problems.append(f"GPU {row['index']}: the same matmul gave {len(set(row['digests']))} different "
+                                "results over the run")
+        firsts = {row["index"]: (row.get("digests") or [None])[0] for row in members}
+        counted = Counter(d for d in firsts.values() if d)
+        compared += len(firsts)
+        if len(counted) > 1:
+            majority, votes = counted.most_common(1)[0]
+            odd = [i for i, d in firsts.items() if d != majority]
+            tie = " (no majority)" if votes * 2 <= len(firsts) else ""
+            problems.append(f"{name}: GPU {', GPU '.join(map(str, odd))} differ{'s' if len(odd) == 1 else ''} from "
+                            f"the other GPUs' result for identical inputs{tie}")
+        problems += [f"GPU {i}: no result digest" for i, d in firsts.items() if not d]
+    details = {"digests": {str(r["index"]): r.get("digests") for r in rows}}
+    if problems:
+        return result(f"{CHECK_ID}.sdc", Status.FAIL, "silent data corruption: " + "; ".join(problems),
+                      "identical results", "differ", REMEDIATION, details)
+    return result(f"{CHECK_ID}.sdc", Status.PASS, f"identical matmul results on {compared} GPU(s) at every checkpoint",
+                  "identical results", "identical", "", details)
+
+
+def judge_payload(payload: dict, before: dict, after: dict, fraction: float) -> list:
+    burn = payload.get("burn") or {}
+    facts = {g["index"]: g for g in payload.get("gpus", [])}
+    rows = [judge_gpu(row, facts.get(row["index"], {}), fraction) for row in burn.get("gpus", [])]
+    rows += [result(f"{CHECK_ID}.gpu{i}", Status.ERROR, f"GPU {i}: the burn failed: {e}")
+             for i, e in (burn.get("errors") or {}).items()]
+    rows.append(judge_sdc(burn.get("gpus", []), facts))
+    rows.append(judge_errors(before, after))
+    return rows
+
+
+def run(spec: Optional[dict], profile: Optional[dict], node, overrides: Optional[dict] = None) -> list:
+    options = options_from(overrides)
+    if not module_available("torch"):
+        return [result(CHECK_ID, Status.SKIP, "PyTorch is not installed (the burn needs it)",
+                       remediation="pip install tunefleet[torch]")]
+    timeout = options.timeout_s or options.duration_s + 180
+    argv = engine_argv("verify.bench.gpu_engine", [
+        "--mode", "burn", "--burn-seconds", options.duration_s, "--matmul-n", options.matmul_n,
+        "--burn-check-s", options.check_s, "--sample-ms", options.sample_ms])
+    before = health_reading(node)
+    progress(f"GPU burn: BF16 matmul {options.matmul_n}^3 on every GPU for {options.duration_s:g} s")
+    start = time.perf_counter()
+    out = node.run(argv, timeout_s=timeout, env=engine_env(ENGINE_ENV), cwd=ENGINE_CWD)
+    wall = time.perf_counter() - start
+    after = health_reading(node)
+    failed = engine_failure(CHECK_ID, "GPU burn", out, timeout)
+    if failed:
+        return failed + [judge_errors(before, after)]
+    rows = judge_payload(read_result(out.stdout), before, after, options.clock_fraction)
+    progress(f"GPU burn done in {wall:.1f} s")
+    return rows

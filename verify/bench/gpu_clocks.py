@@ -1,0 +1,95 @@
+"""Clock event (throttle) reasons and NVML samples taken while a GPU benchmark runs: the one home
+for decoding NVML's reason bitmask and for what counts as a slowdown under load.
+
+NVML (nvmlDeviceGetCurrentClocksEventReasons) and `nvidia-smi --query-gpu=clocks_event_reasons.active`
+give the same bitmask ("0x0000000000000001" = idle on the 1x H100 capture in
+tests/fixtures/node/health/h100x1). The named booleans the health checks read
+(verify/checks/health_gpu.py SLOWDOWNS) are the same bits one by one.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Iterable, Optional
+
+# nvml.h nvmlClocksEventReason* (the older name: nvmlClocksThrottleReason*), same values in every driver.
+REASON_BITS = (
+    (0x1, "gpu_idle"),
+    (0x2, "applications_clocks_setting"),
+    (0x4, "sw_power_cap"),
+    (0x8, "hw_slowdown"),
+    (0x10, "sync_boost"),
+    (0x20, "sw_thermal_slowdown"),
+    (0x40, "hw_thermal_slowdown"),
+    (0x80, "hw_power_brake_slowdown"),
+    (0x100, "display_clock_setting"),
+)
+# A slowdown the hardware forced (too hot, power brake asserted by the board or the BMC, HW slowdown):
+# FAIL whenever it shows during a benchmark. health_gpu.py FAILs on the same four at rest.
+SLOWDOWN = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown")
+# Not throttling at all: nothing to run (idle), clocks pinned by the operator, clocks synced across GPUs.
+BENIGN = ("gpu_idle", "applications_clocks_setting", "sync_boost", "display_clock_setting")
+
+
+def decode(mask) -> list:
+    """Reason bitmask (int, or nvidia-smi's "0x..." text) -> names of the bits set; unknown bits as hex."""
+    if isinstance(mask, str):
+        mask = int(mask.strip(), 16) if mask.strip().lower().startswith("0x") else int(mask.strip())
+    if isinstance(mask, bool) or not isinstance(mask, int) or mask < 0:
+        raise ValueError(f"clock event reasons {mask!r} is not a bitmask")
+    names = [name for bit, name in REASON_BITS if mask & bit]
+    known = 0
+    for bit, _ in REASON_BITS:
+        known |= bit
+    if mask & ~known:
+        names.append(f"unknown_0x{mask & ~known:x}")
+    return names
+
+
+def summarise(samples: Iterable[dict]) -> dict:
+    """NVML samples of one GPU over one benchmark -> what the report shows next to the figure.
+
+    A sample is {"t": s, "sm_mhz", "mem_mhz", "temp_c", "power_w", "reasons": bitmask}; any reading
+    may be missing (None). Reasons are the union of every sample: one HW slowdown sample is enough.
+    """
+    samples = list(samples)
+    out: dict = {"samples": len(samples)}
+    for key in ("sm_mhz", "mem_mhz", "temp_c", "power_w"):
+        values = [s[key] for s in samples if isinstance(s.get(key), (int, float))]
+        if values:
+            out[key] = {"min": min(values), "median": statistics.median(values), "max": max(values)}
+    seen: list = []
+    for sample in samples:
+        if sample.get("reasons") is None:
+            continue
+        for name in decode(int(sample["reasons"])):
+            if name not in seen:
+                seen.append(name)
+    out["reasons"] = seen
+    return out
+
+
+def describe(window: Optional[dict]) -> str:
+    """'SM 1980 MHz, mem 3201 MHz, 52 C, 627 W, reasons: none' for the report line."""
+    if not window or not window.get("samples"):
+        return "no NVML samples"
+    parts = []
+    for key, label, unit in (("sm_mhz", "SM", " MHz"), ("mem_mhz", "mem", " MHz"), ("temp_c", "", " C"),
+                             ("power_w", "", " W")):
+        reading = window.get(key)
+        if reading:
+            text = f"{reading['median']:.0f}{unit}"
+            if key == "sm_mhz" and reading["min"] < reading["median"]:
+                text = f"{reading['min']:.0f}-{reading['max']:.0f}{unit}"
+            if key in ("temp_c", "power_w"):
+                text = f"{reading['max']:.0f}{unit} max"
+            parts.append(f"{label} {text}".strip())
+    reasons = [r for r in window.get("reasons", []) if r != "gpu_idle"]
+    parts.append("reasons: " + (", ".join(reasons) if reasons else "none"))
+    return ", ".join(parts)
+
+
+def slowdowns(window: Optional[dict], forbidden: Iterable[str] = SLOWDOWN) -> list:
+    """The forbidden reasons seen in a window (the FAIL list), in REASON_BITS order."""
+    seen = set((window or {}).get("reasons") or [])
+    return [name for _, name in REASON_BITS if name in seen and name in set(forbidden)]
