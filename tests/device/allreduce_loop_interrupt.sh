@@ -39,10 +39,11 @@ print(f"(a) fleet busbw {f:.1f} GB/s ({fleet['details'].get('timing')}), engine 
 PY
 
 # (b) Ctrl-C mid all-reduce
-python3 -m verify bench nccl --engine torch --gpus "$gpus" --max-bytes 4G --tries 5 --json "$work/int.json" \
-  >"$work/int.out" 2>"$work/int.err" &
+# One 4 GiB size, 2000 iterations (~25 s on 2x H200): the signal lands mid-measurement, not after it.
+python3 -m verify bench nccl --engine torch --gpus "$gpus" --min-bytes 4G --max-bytes 4G --iters 2000 --tries 5 \
+  --json "$work/int.json" >"$work/int.out" 2>"$work/int.err" &
 pid=$!
-sleep 10
+sleep 12
 kill -INT "$pid"
 wait "$pid"
 rc=$?
@@ -52,5 +53,6 @@ python3 -c "import json,sys; [print('(b)', r['check_id'], r['status'], r['reason
   "$work/int.json"
 echo "(b) GPU compute processes left: $(nvidia-smi --query-compute-apps=pid --format=csv,noheader | wc -l)"
 echo "(b) engine processes left: $(pgrep -fc 'verify.bench.torch_allreduce' || true)"
-cp -r "$work"/. "$out"/
-echo "files: $out"
+# One tarball: the device tool brings back only a few files.
+tar -C "$work" -czf "$out/allreduce_loop_interrupt.tar.gz" .
+echo "files: $out/allreduce_loop_interrupt.tar.gz"
