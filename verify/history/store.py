@@ -1,0 +1,388 @@
+"""The history database: one SQLite file, every verify run appended to it in one transaction.
+
+Why SQLite (standard library): one file, no server, safe for several writers at once (WAL mode,
+a busy timeout, writes in BEGIN IMMEDIATE transactions), and indexed queries stay fast at 10,000
+hosts x 100 runs. The file is ours only when its application_id says so: a foreign database or a
+damaged file is refused with a message naming it, and never written, so a wrong --history cannot
+destroy someone's data. The schema carries its version (PRAGMA user_version) and is migrated in
+place, inside the same transaction that checks the version, so two runs cannot migrate twice.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import sqlite3
+import stat
+from dataclasses import dataclass
+from typing import Iterable, Iterator, Optional
+from urllib.parse import quote
+
+APPLICATION_ID = 0x54464831  # "TFH1": marks the file as a tunefleet history
+BUSY_TIMEOUT_MS = 30_000  # a fleet's worth of concurrent appends, each a few milliseconds
+
+# Each entry brings the schema from version i to i + 1; never edit one that has shipped.
+MIGRATIONS = (
+    # 1: hosts, benchmark figures per run.
+    """
+    CREATE TABLE hosts (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
+    CREATE TABLE checks (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, unit TEXT NOT NULL DEFAULT '',
+                         higher_is_better INTEGER NOT NULL DEFAULT 1);
+    CREATE TABLE runs (id INTEGER PRIMARY KEY, host_id INTEGER NOT NULL REFERENCES hosts(id),
+                       started_at TEXT NOT NULL, source TEXT NOT NULL, run_key TEXT NOT NULL,
+                       worst TEXT NOT NULL, exit_code INTEGER NOT NULL, tool_version TEXT NOT NULL DEFAULT '',
+                       UNIQUE (host_id, run_key));
+    CREATE INDEX runs_by_host ON runs (host_id, id);
+    CREATE TABLE measurements (run_id INTEGER NOT NULL REFERENCES runs(id), check_id INTEGER NOT NULL
+                               REFERENCES checks(id), host_id INTEGER NOT NULL, status TEXT NOT NULL, value REAL,
+                               PRIMARY KEY (run_id, check_id)) WITHOUT ROWID;
+    CREATE INDEX measurements_by_host ON measurements (host_id, check_id, run_id);
+    """,
+    # 2: the configuration each run saw, deduplicated (a uniform fleet shares one set), for drift.
+    """
+    CREATE TABLE config_sets (id INTEGER PRIMARY KEY, digest TEXT NOT NULL UNIQUE, body TEXT NOT NULL);
+    ALTER TABLE runs ADD COLUMN config_set_id INTEGER REFERENCES config_sets(id);
+    """,
+)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+class HistoryError(RuntimeError):
+    """The history file cannot be used; the message names it, says why and what was left untouched."""
+
+
+@dataclass
+class Measurement:
+    check_id: str
+    status: str
+    value: Optional[float]
+    unit: str = ""
+    higher_is_better: bool = True
+
+
+@dataclass
+class RunRecord:
+    """One run of one host, as the store keeps it."""
+
+    host: str
+    started_at: str
+    source: str  # "local" or "fleet"
+    run_key: str  # unique per host: a fleet run's directory name, a local run's random id
+    worst: str
+    exit_code: int
+    measurements: list  # Measurement
+    config: dict  # name -> value text, for drift
+    tool_version: str = ""
+
+
+@dataclass
+class PastRun:
+    run_id: int
+    started_at: str
+    values: dict  # check_id -> value (finite figures only)
+    config: Optional[dict]
+
+
+class HistoryStore:
+    """An open, validated, migrated history file. Use as a context manager or call close()."""
+
+    def __init__(self, path: str, connection: sqlite3.Connection) -> None:
+        self.path = path
+        self.db = connection
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> HistoryStore:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction, taken at once (IMMEDIATE) so concurrent writers queue on the busy timeout
+        instead of failing on a lock upgrade; committed whole or rolled back whole."""
+        with self._errors("write to"):
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self.db
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+            self.db.execute("COMMIT")
+
+    @contextlib.contextmanager
+    def _errors(self, doing: str) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.DatabaseError as exc:
+            raise HistoryError(f"history {self.path}: cannot {doing} it: {exc}") from exc
+
+    # ---- writing -------------------------------------------------------------------------------
+
+    def record(self, run: RunRecord) -> Optional[int]:
+        """Append one run (all of it or nothing); None when this host's run_key is already recorded."""
+        return self.record_many([run])[0]
+
+    def record_many(self, runs: Iterable[RunRecord]) -> list:
+        """Append runs in one transaction (a fleet run is one write, not 10,000)."""
+        ids = []
+        with self.transaction() as db:
+            host_ids, check_ids = {}, {}
+            for run in runs:
+                host_id = host_ids.get(run.host) or self._id(db, "hosts", run.host)
+                host_ids[run.host] = host_id
+                config_id = self._config_set(db, run.config) if run.config else None
+                cursor = db.execute(
+                    "INSERT OR IGNORE INTO runs (host_id, started_at, source, run_key, worst, exit_code, tool_version,"
+                    " config_set_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (host_id, run.started_at, run.source, run.run_key, run.worst, run.exit_code, run.tool_version,
+                     config_id))
+                if not cursor.rowcount:
+                    ids.append(None)
+                    continue
+                run_id = cursor.lastrowid
+                rows = []
+                for m in run.measurements:
+                    if m.check_id not in check_ids:
+                        check_ids[m.check_id] = self._check_id(db, m)
+                    rows.append((run_id, check_ids[m.check_id], host_id, m.status, m.value))
+                db.executemany("INSERT OR REPLACE INTO measurements (run_id, check_id, host_id, status, value) "
+                               "VALUES (?, ?, ?, ?, ?)", rows)
+                ids.append(run_id)
+        return ids
+
+    @staticmethod
+    def _id(db: sqlite3.Connection, table: str, name: str) -> int:
+        db.execute(f"INSERT OR IGNORE INTO {table} (name) VALUES (?)", (name,))
+        return db.execute(f"SELECT id FROM {table} WHERE name = ?", (name,)).fetchone()[0]
+
+    @staticmethod
+    def _check_id(db: sqlite3.Connection, m: Measurement) -> int:
+        db.execute("INSERT OR IGNORE INTO checks (name, unit, higher_is_better) VALUES (?, ?, ?)",
+                   (m.check_id, m.unit, int(m.higher_is_better)))
+        return db.execute("SELECT id FROM checks WHERE name = ?", (m.check_id,)).fetchone()[0]
+
+    @staticmethod
+    def _config_set(db: sqlite3.Connection, config: dict) -> int:
+        body = json.dumps(config, sort_keys=True, separators=(",", ":"))
+        digest = hashlib.sha256(body.encode("utf-8")).hexdigest()
+        db.execute("INSERT OR IGNORE INTO config_sets (digest, body) VALUES (?, ?)", (digest, body))
+        return db.execute("SELECT id FROM config_sets WHERE digest = ?", (digest,)).fetchone()[0]
+
+    # ---- reading -------------------------------------------------------------------------------
+
+    def hosts(self) -> list:
+        with self._errors("read"):
+            return [row[0] for row in self.db.execute("SELECT name FROM hosts ORDER BY name")]
+
+    def checks(self) -> dict:
+        """check_id -> (unit, higher_is_better)."""
+        with self._errors("read"):
+            return {name: (unit, bool(hib)) for name, unit, hib in
+                    self.db.execute("SELECT name, unit, higher_is_better FROM checks")}
+
+    def past_runs(self, host: str, limit: int, before_run_id: Optional[int] = None) -> list:
+        """The host's last `limit` runs (before a given run, if named), newest first, with their figures."""
+        with self._errors("read"):
+            row = self.db.execute("SELECT id FROM hosts WHERE name = ?", (host,)).fetchone()
+            if row is None:
+                return []
+            bound = before_run_id if before_run_id is not None else 2 ** 62
+            runs = self.db.execute(
+                "SELECT r.id, r.started_at, c.body FROM runs r LEFT JOIN config_sets c ON c.id = r.config_set_id "
+                "WHERE r.host_id = ? AND r.id < ? ORDER BY r.id DESC LIMIT ?", (row[0], bound, limit)).fetchall()
+            return self._with_values(runs)
+
+    def latest_runs(self, limit: int, run_key: Optional[str] = None) -> dict:
+        """host -> its last `limit` runs newest first, for every host (the fleet regression pass).
+
+        With run_key, only hosts that have a run of that key, counted from that run back.
+        """
+        with self._errors("read"):
+            if run_key is not None:
+                anchors = self.db.execute("SELECT host_id, id FROM runs WHERE run_key = ?", (run_key,)).fetchall()
+            else:
+                anchors = self.db.execute("SELECT host_id, max(id) FROM runs GROUP BY host_id").fetchall()
+            picked: list = []
+            for host_id, anchor in anchors:
+                picked.extend(self.db.execute(
+                    "SELECT r.id, r.started_at, r.config_set_id, r.host_id FROM runs r WHERE r.host_id = ? "
+                    "AND r.id <= ? ORDER BY r.id DESC LIMIT ?", (host_id, anchor, limit)).fetchall())
+            names = dict(self.db.execute("SELECT id, name FROM hosts"))
+            values = self._values_of([row[0] for row in picked])
+            configs = self._configs_of({row[2] for row in picked if row[2] is not None})
+            out: dict = {}
+            for run_id, started_at, config_id, host_id in picked:
+                out.setdefault(names[host_id], []).append(
+                    PastRun(run_id, started_at, values.get(run_id, {}), configs.get(config_id)))
+            return out
+
+    def trend(self, host: str, checks: Optional[list] = None, last: Optional[int] = None) -> list:
+        """[(started_at, run_key, check_id, status, value)] oldest first, for one host."""
+        with self._errors("read"):
+            row = self.db.execute("SELECT id FROM hosts WHERE name = ?", (host,)).fetchone()
+            if row is None:
+                return []
+            bound = 0
+            if last:
+                ids = self.db.execute("SELECT id FROM runs WHERE host_id = ? ORDER BY id DESC LIMIT ?",
+                                      (row[0], last)).fetchall()
+                bound = ids[-1][0] if ids else 0
+            query = ("SELECT r.started_at, r.run_key, c.name, m.status, m.value FROM measurements m "
+                     "JOIN runs r ON r.id = m.run_id JOIN checks c ON c.id = m.check_id "
+                     "WHERE m.host_id = ? AND m.run_id >= ?")
+            params: list = [row[0], bound]
+            if checks:
+                query += f" AND c.name IN ({','.join('?' * len(checks))})"
+                params += list(checks)
+            return self.db.execute(query + " ORDER BY m.run_id, c.name", params).fetchall()
+
+    def _with_values(self, runs: list) -> list:
+        values = self._values_of([r[0] for r in runs])
+        return [PastRun(run_id, started_at, values.get(run_id, {}), json.loads(body) if body else None)
+                for run_id, started_at, body in runs]
+
+    def _values_of(self, run_ids: list) -> dict:
+        """run id -> {check_id: value} for finite figures; one query through a temporary table."""
+        if not run_ids:
+            return {}
+        self.db.execute("CREATE TEMP TABLE IF NOT EXISTS wanted_runs (id INTEGER PRIMARY KEY)")
+        self.db.execute("DELETE FROM wanted_runs")
+        self.db.executemany("INSERT OR IGNORE INTO wanted_runs (id) VALUES (?)", ((i,) for i in run_ids))
+        names = dict(self.db.execute("SELECT id, name FROM checks"))
+        out: dict = {}
+        for run_id, check, value in self.db.execute(
+                "SELECT m.run_id, m.check_id, m.value FROM wanted_runs w JOIN measurements m ON m.run_id = w.id "
+                "WHERE m.value IS NOT NULL"):
+            out.setdefault(run_id, {})[names[check]] = value
+        return out
+
+    def _configs_of(self, ids: set) -> dict:
+        out = {}
+        for config_id in ids:
+            body = self.db.execute("SELECT body FROM config_sets WHERE id = ?", (config_id,)).fetchone()
+            out[config_id] = json.loads(body[0]) if body else None
+        return out
+
+
+# ---- opening -----------------------------------------------------------------------------------
+
+
+def default_path(environ: Optional[dict] = None, euid: Optional[int] = None) -> str:
+    """Where the history lives unless --history names a file.
+
+    TUNEFLEET_HISTORY first (tests point it at a temporary file); root keeps the node's history in
+    /var/lib/tunefleet, anyone else in their XDG data directory (~/.local/share/tunefleet).
+    """
+    environ = os.environ if environ is None else environ
+    euid = os.geteuid() if euid is None else euid
+    if environ.get("TUNEFLEET_HISTORY"):
+        return environ["TUNEFLEET_HISTORY"]
+    if euid == 0:
+        return "/var/lib/tunefleet/history.sqlite"
+    base = environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return os.path.join(base, "tunefleet", "history.sqlite")
+
+
+def open_store(path: str, create: bool = True) -> HistoryStore:
+    """Open (and with create, make) the history at path: checked, refused, or migrated, before any use.
+
+    The directory is made private (0700) if missing and must be one only root and the caller can
+    change (verify.safe_io): the database, its WAL and its lock files are written there as root.
+    """
+    from verify.safe_io import PRIVATE_DIR, PRIVATE_FILE, UnsafePathError, open_trusted_dir
+
+    path = os.path.abspath(path)
+    directory, name = os.path.split(path)
+    try:
+        dir_fd = open_trusted_dir(directory, create=create, mode=PRIVATE_DIR)
+    except UnsafePathError as exc:
+        raise HistoryError(f"history {path}: its directory cannot be used safely: {exc.strerror}") from exc
+    except OSError as exc:
+        raise HistoryError(f"history {path}: directory {directory}: {exc.strerror or exc}") from exc
+    try:
+        _check_file(dir_fd, name, path, create, PRIVATE_FILE)
+    finally:
+        os.close(dir_fd)
+    try:
+        # mode=rw: SQLite never creates the file itself (we made it above, private, without following links).
+        connection = sqlite3.connect(f"file:{quote(path)}?mode=rw", uri=True, isolation_level=None,
+                                     timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
+    except sqlite3.Error as exc:
+        raise HistoryError(f"history {path}: cannot open it: {exc}") from exc
+    try:
+        _prepare(connection, path)
+    except BaseException:
+        connection.close()
+        raise
+    return HistoryStore(path, connection)
+
+
+def _check_file(dir_fd: int, name: str, path: str, create: bool, mode: int) -> None:
+    """The file is a regular file owned by root or us (never a link, a FIFO or a device); made if missing."""
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        if not create:
+            raise HistoryError(f"history {path} does not exist (no run recorded there yet)") from None
+        with contextlib.suppress(FileExistsError):  # another run made it meanwhile: checked below like any file
+            os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
+                             mode, dir_fd=dir_fd))
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    if stat.S_ISLNK(st.st_mode):
+        raise HistoryError(f"history {path} is a symlink: refusing to follow it as root; name the file itself")
+    if not stat.S_ISREG(st.st_mode):
+        raise HistoryError(f"history {path} is not a regular file")
+    if st.st_uid not in (0, os.geteuid()):
+        raise HistoryError(f"history {path} is owned by uid {st.st_uid}, not root or us: refusing to use it")
+
+
+def _prepare(db: sqlite3.Connection, path: str) -> None:
+    """Refuse a file that is not ours before anything is written to it, then migrate to SCHEMA_VERSION."""
+    try:
+        app_id = db.execute("PRAGMA application_id").fetchone()[0]
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
+    except sqlite3.DatabaseError as exc:
+        raise HistoryError(f"history {path} is not a readable SQLite database ({exc}): it is left untouched; "
+                           "move it away or name another file with --history") from exc
+    fresh = app_id == 0 and version == 0 and not tables
+    if not fresh and app_id != APPLICATION_ID:
+        shown = ", ".join(tables[:5]) + (" ..." if len(tables) > 5 else "")
+        raise HistoryError(f"history {path} is a database of another program (application_id {app_id}, tables: "
+                           f"{shown or 'none'}): it is left untouched; name another file with --history")
+    if version > SCHEMA_VERSION:
+        raise HistoryError(f"history {path} has schema version {version}, newer than this tunefleet's "
+                           f"{SCHEMA_VERSION}: upgrade tunefleet (the file is left untouched)")
+    try:
+        db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        if db.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+            db.execute("PRAGMA journal_mode = WAL")  # readers never block the writer, nor it them
+        db.execute("PRAGMA synchronous = NORMAL")  # durable at each checkpoint; WAL keeps it consistent
+        db.execute("PRAGMA foreign_keys = ON")
+        if version < SCHEMA_VERSION:
+            _migrate(db)
+    except sqlite3.DatabaseError as exc:
+        raise HistoryError(f"history {path}: cannot prepare it ({exc}); nothing was written") from exc
+
+
+def _migrate(db: sqlite3.Connection) -> None:
+    """Apply the missing migrations in one transaction; re-read the version once the write lock is held,
+    because another run may have migrated while this one waited."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        for step in range(version, SCHEMA_VERSION):
+            for statement in MIGRATIONS[step].split(";"):
+                if statement.strip():
+                    db.execute(statement)
+        db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
+
