@@ -170,6 +170,12 @@ def derived_floors(found: Hardware) -> str:
     if found.gpus:
         parts.append(f"host copies >= {COPY_RATIO.limit:g} x the PCIe link NVML reports per GPU"
                      + (f" (sysfs: {pcie.source})" if pcie else ""))
+    if found.gpus:
+        from verify.bench.gpu_judge import DERIVED as GPU_RATIOS
+
+        parts.append(f"GPU HBM >= {GPU_RATIOS['hbm'].limit:g} x NVML bus width x memory clock x 2, BF16 matmul >= "
+                     f"{GPU_RATIOS['matmul'].limit:g} x dense peak at max SM clock"
+                     + (f", GPU pair copies >= {GPU_RATIOS['copy'].limit:g} x NVLink" if len(found.gpus) >= 2 else ""))
     rates = sorted({h.rate_gbits for h in found.active_hcas if h.rate_gbits})
     if rates:
         parts.append(f"RDMA >= {RDMA_RATIO.limit:g} x port rate ({', '.join(f'{r:g}' for r in rates)} Gb/s)")

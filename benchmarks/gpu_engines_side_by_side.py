@@ -1,0 +1,141 @@
+"""The GPU engine (verify.bench.gpu_engine) next to a plain torch loop on the same GPU, in the same run.
+
+    PYTHONPATH=$PWD python3 benchmarks/gpu_engines_side_by_side.py [--sendrecv PATH/sendrecv_perf] [--json FILE]
+
+Prints, per GPU and per pair, the engine's figure divided by the plain loop's (goal >= 0.97): the
+plain loop is issue 19's (CUDA events, 3 warm-ups, 20 iterations, one GPU at a time, nothing else
+running), the engine runs all GPUs at once with NVML sampling, so the ratio also says whether running
+GPUs in parallel costs anything. With --sendrecv (nccl-tests, built with MPI=0) the pair copy both
+ways is set next to sendrecv_perf -g <GPUs> at the same size (algbw: each rank's send rate while all
+send at once).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+GOAL = 0.97
+
+
+def plain_loop(torch, device, step, warmup: int = 3, iters: int = 20) -> float:
+    """Seconds per iteration: issue 19's loop."""
+    for _ in range(warmup):
+        step()
+    torch.cuda.synchronize(device)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iters):
+        step()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / 1000.0 / iters
+
+
+def plain_figures(torch, hbm_bytes: int, n: int, pair_bytes: int) -> dict:
+    out: dict = {"hbm": {}, "matmul": {}, "copy": {}}
+    count = torch.cuda.device_count()
+    for index in range(count):
+        with torch.cuda.device(index):
+            src = torch.empty(hbm_bytes, dtype=torch.uint8, device=index)
+            dst = torch.empty_like(src)
+            out["hbm"][index] = 2 * hbm_bytes / plain_loop(torch, index, lambda d=dst, s=src: d.copy_(s)) / 1e9
+            src = dst = None  # free before the matmul
+            a = torch.randn(n, n, device=index, dtype=torch.bfloat16)
+            b = torch.randn(n, n, device=index, dtype=torch.bfloat16)
+            out["matmul"][index] = 2 * n ** 3 / plain_loop(torch, index, lambda x=a, y=b: x @ y) / 1e12
+            a = b = None
+            torch.cuda.empty_cache()
+    for i in range(count):
+        for j in range(count):
+            if i != j:
+                with torch.cuda.device(i):
+                    src = torch.empty(pair_bytes, dtype=torch.uint8, device=i)
+                    dst = torch.empty(pair_bytes, dtype=torch.uint8, device=j)
+                    out["copy"][(i, j)] = pair_bytes / plain_loop(torch, i, lambda d=dst, s=src: d.copy_(s)) / 1e9
+                    src = dst = None
+    return out
+
+
+def engine_figures(args) -> dict:
+    argv = [sys.executable, "-m", "verify.bench.gpu_engine", "--mode", "quick", "--hbm-bytes", str(args.hbm_bytes),
+            "--matmul-n", str(args.n), "--pair-bytes", str(args.pair_bytes)]
+    done = subprocess.run(argv, capture_output=True, text=True, env=dict(os.environ, CUDA_DEVICE_ORDER="PCI_BUS_ID"),
+                          check=False)
+    from verify.bench.common import read_result
+
+    payload = read_result(done.stdout)
+    if payload is None:
+        sys.exit(f"engine gave no result (exit {done.returncode}): {done.stderr[-800:]}")
+    return payload
+
+
+def sendrecv(path: str, size: int, gpus: int) -> dict:
+    from verify.bench.nccl_parse import NcclParseError, parse_nccl_tests
+
+    done = subprocess.run([path, "-b", str(size), "-e", str(size), "-g", str(gpus), "-w", "5", "-n", "20"],
+                          capture_output=True, text=True, check=False)
+    try:
+        run = parse_nccl_tests(done.stdout)
+    except NcclParseError as exc:
+        return {"error": f"{exc}", "stdout_tail": done.stdout[-800:]}
+    point = run.points[-1] if run.points else None
+    return {"algbw_gbps": point.algbw_gbps if point else None, "busbw_gbps": point.busbw_gbps if point else None,
+            "stdout": done.stdout}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--hbm-bytes", type=int, default=2 << 30)
+    parser.add_argument("--n", type=int, default=8192)
+    parser.add_argument("--pair-bytes", type=int, default=256 << 20)
+    parser.add_argument("--sendrecv", help="path of nccl-tests' sendrecv_perf")
+    parser.add_argument("--json", help="write every figure here")
+    args = parser.parse_args()
+    import torch
+
+    engine = engine_figures(args)  # first, in its own process: the GPUs are free
+    plain = plain_figures(torch, args.hbm_bytes, args.n, args.pair_bytes)
+    lines, record = [], {"engine": engine, "ratios": {}}
+    for row in engine.get("per_gpu", []):
+        i = row["index"]
+        for kind, key in (("hbm", "gbps"), ("matmul", "tflops")):
+            ratio = row[kind][key] / plain[kind][i]
+            record["ratios"][f"{kind}.gpu{i}"] = ratio
+            lines.append((f"{kind} gpu{i}", row[kind][key], plain[kind][i], ratio))
+    for row in engine.get("pairs", []):
+        if row["mode"] == "oneway":
+            ref = plain["copy"][(row["src"], row["dst"])]
+            ratio = row["gbps"] / ref
+            record["ratios"][f"copy.gpu{row['src']}_to_gpu{row['dst']}"] = ratio
+            lines.append((f"copy gpu{row['src']}->gpu{row['dst']}", row["gbps"], ref, ratio))
+    print(f"{'figure':24} {'engine':>10} {'plain':>10} {'ratio':>7}")
+    for name, ours, ref, ratio in lines:
+        verdict = "PASS" if ratio >= GOAL else "FAIL"
+        print(f"{name:24} {ours:10.1f} {ref:10.1f} {ratio:7.3f}  CHECK {verdict} engine/plain >= {GOAL}")
+    if args.sendrecv and torch.cuda.device_count() >= 2:
+        ref = sendrecv(args.sendrecv, args.pair_bytes, torch.cuda.device_count())
+        record["sendrecv"] = {k: v for k, v in ref.items() if k != "stdout"}
+        bidir = [r["gbps"] for r in engine.get("pairs", []) if r["mode"] == "bidir"]
+        if ref.get("algbw_gbps") and bidir:
+            ours = min(bidir)
+            ratio = ours / ref["algbw_gbps"]
+            record["ratios"]["copy_bidir_vs_sendrecv"] = ratio
+            print(f"{'bidir vs sendrecv_perf':24} {ours:10.1f} {ref['algbw_gbps']:10.1f} {ratio:7.3f}  "
+                  f"CHECK {'PASS' if ratio >= GOAL else 'FAIL'} engine/sendrecv algbw >= {GOAL}")
+        else:
+            print(f"sendrecv_perf: no figure ({ref.get('error', 'no bidir rows')})")
+    if args.json:
+        Path(args.json).write_text(json.dumps(record, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
