@@ -39,7 +39,9 @@ venv: $(STAMP)
 $(RUNTIME_STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e .
+# --no-compile: byte-compiling all of ansible's bundled collections costs a minute; Python
+# compiles what a run imports, once.
+	$(BIN)/python -m pip install -q --no-compile -e .
 # The roles call their modules as tunefleet.gpu_node.*: this checkout is that collection.
 	mkdir -p $(dir $(COLLECTION_LINK))
 	ln -sfn $(CURDIR) $(COLLECTION_LINK)

@@ -96,6 +96,11 @@ def main(args) -> int:
         print(f"tunefleet verify: {exc}", file=sys.stderr)
         return 2
     home = project_root()
+    if not (home / PLAYBOOK).is_file():
+        # An installed wheel carries the role defaults and templates, not the playbooks and roles.
+        print(f"tunefleet verify -i: {home / PLAYBOOK} not found: set TUNEFLEET_HOME to a tunefleet checkout or an "
+              "installed collection (.../ansible_collections/tunefleet/gpu_node)", file=sys.stderr)
+        return 2
     try:
         # New and private: the bundle every node runs as root is written in it (verify.fleet.rundir).
         run_dir = Path(new_run_dir(os.path.abspath(args.out)))

@@ -1,0 +1,201 @@
+"""Both installable forms, built clean from the sources, work alone from outside the repository.
+
+- The collection tunefleet.gpu_node (`ansible-galaxy collection build`, installed into an empty
+  collections path) runs its site playbook in check mode and its verify playbook on localhost,
+  in a virtualenv that has the runtime dependencies but not the tunefleet package: what the
+  verify playbook runs must come from the collection itself.
+- The wheel (`pip wheel`, build isolation on, so pyproject's build requirements are what is
+  used) installed into that virtualenv runs `tunefleet spec`, `verify --local` and `profiles`.
+
+Slow: about 90 s on the 2-core CI machine, most of it the site playbook (~40 s, every role's
+tasks in check mode) and installing ansible into the fresh virtualenv (~15 s with pip's wheel
+cache warm; needs the package index the first time). Byte-compiling ansible would add ~30 s:
+--no-compile.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from verify.desired import render_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+# What a build must not see from the working tree (the checkout's own environments and outputs).
+NOT_SOURCES = shutil.ignore_patterns(".git", ".venv", ".cache", "reports", "build", "dist", "*.egg-info",
+                                     "__pycache__", "*.pyc", ".pytest_cache", ".ruff_cache", ".hypothesis")
+
+pytestmark = pytest.mark.slow
+
+
+def run(argv: list, cwd: Path, env: dict, timeout: int = 300) -> subprocess.CompletedProcess:
+    started = time.monotonic()
+    done = subprocess.run([str(a) for a in argv], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+    # Where the time goes (pytest -s shows it): this test is slow and should stay measurable.
+    print(f"[packaging] {time.monotonic() - started:5.1f}s  {' '.join(Path(str(a)).name for a in argv[:4])}")
+    assert done.returncode == 0, f"{argv[:3]} exited {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done
+
+
+def clean_env(cwd: Path, **extra: str) -> dict:
+    """A user's shell, not this test run's: nothing from the checkout (ANSIBLE_CONFIG, PYTHONPATH,
+    TUNEFLEET_HOME, the repo's venv on PATH) leaks into the installed forms."""
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": os.environ.get("HOME", str(cwd)),
+           "LANG": "C.UTF-8", "PWD": str(cwd), "ANSIBLE_NOCOLOR": "1"}
+    env.update(extra)
+    return env
+
+
+def copy_sources(dest: Path) -> Path:
+    """What a clean clone holds (plus uncommitted edits): the files git tracks or would track."""
+    listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "-co", "--exclude-standard"],
+                            capture_output=True)
+    if listed.returncode != 0:  # not a git checkout (an unpacked source tree): copy minus outputs
+        shutil.copytree(ROOT, dest, ignore=NOT_SOURCES)
+        return dest
+    for name in listed.stdout.decode().split("\0"):
+        source = ROOT / name
+        if name and source.is_file() and not source.is_symlink():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dest / name)
+    return dest
+
+
+def runtime_requirements(wheel: Path) -> list:
+    """Requires-Dist of the wheel without the extras (test, torch): the runtime a user gets."""
+    with zipfile.ZipFile(wheel) as archive:
+        (metadata,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        lines = archive.read(metadata).decode().splitlines()
+    return [line.split(":", 1)[1].strip() for line in lines if line.startswith("Requires-Dist:") and ";" not in line]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> SimpleNamespace:
+    work = tmp_path_factory.mktemp("packaging")
+    src = copy_sources(work / "src")
+    dist = work / "dist"
+    env = clean_env(work)
+    # Not -q, not -v: pip then shows the warnings the build backend emits, as a user sees them.
+    wheel_build = run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", dist, src], work, dict(os.environ))
+    run([BIN / "ansible-galaxy", "collection", "build", "--output-path", dist, src], work, env)
+    (wheel,) = dist.glob("tunefleet-*.whl")
+    (collection,) = dist.glob("tunefleet-gpu_node-*.tar.gz")
+    log = wheel_build.stdout + wheel_build.stderr
+    return SimpleNamespace(work=work, wheel=wheel, collection=collection, build_log=log)
+
+
+@pytest.fixture(scope="module")
+def venv(built) -> Path:
+    """A fresh virtualenv (no system site-packages) with the wheel's runtime dependencies only."""
+    venv = built.work / "venv"
+    run([sys.executable, "-m", "venv", "--without-pip", venv], built.work, clean_env(built.work))
+    assert "include-system-site-packages = false" in (venv / "pyvenv.cfg").read_text()
+    # pip from this environment installs into the new one (--python): no pip bootstrap there.
+    pip = [sys.executable, "-m", "pip", "--python", venv / "bin" / "python", "install", "-q", "--no-compile"]
+    run([*pip, *runtime_requirements(built.wheel)], built.work, dict(os.environ), timeout=600)
+    return venv
+
+
+@pytest.fixture(scope="module")
+def collection_runs(built, venv, tmp_path_factory) -> SimpleNamespace:
+    """Both collection playbooks, run before the wheel is installed into the same virtualenv."""
+    outside = tmp_path_factory.mktemp("ansible-user")
+    assert ROOT not in outside.parents
+    collections = outside / "collections"
+    env = clean_env(outside, PATH=f"{venv / 'bin'}:/usr/local/bin:/usr/bin:/bin",
+                    ANSIBLE_COLLECTIONS_PATH=str(collections))
+    importable = subprocess.run([venv / "bin" / "python", "-c", "import verify"], cwd=outside, env=env,
+                                capture_output=True)
+    run(["ansible-galaxy", "collection", "install", "-p", collections, built.collection], outside, env)
+    # The collection's built-in inventory: this machine over a local connection, with the
+    # playbook's own interpreter (the virtualenv's) and no cluster NIC or NVMe disk required.
+    inventory = collections / "ansible_collections" / "tunefleet" / "gpu_node" / "inventory" / "local"
+    site = run(["ansible-playbook", "-i", inventory, "tunefleet.gpu_node.site", "--check", "--diff"], outside, env)
+    reports = outside / "reports"
+    verify = run(["ansible-playbook", "-i", inventory, "tunefleet.gpu_node.verify",
+                  "-e", f"verify_node_report_dir={reports}"], outside, env)
+    return SimpleNamespace(outside=outside, collections=collections, reports=reports, site=site, verify=verify,
+                           verify_importable=importable.returncode == 0)
+
+
+@pytest.fixture(scope="module")
+def wheel_venv(built, venv, collection_runs) -> Path:
+    run([sys.executable, "-m", "pip", "--python", venv / "bin" / "python", "install", "-q", "--no-compile",
+         "--no-deps", built.wheel], built.work, dict(os.environ))
+    run([sys.executable, "-m", "pip", "--python", venv / "bin" / "python", "check"], built.work, dict(os.environ))
+    return venv
+
+
+def warnings_in(text: str) -> list:
+    return [line for line in text.splitlines() if "WARNING" in line or "DEPRECATION" in line]
+
+
+def test_build_has_no_warning(built) -> None:
+    # setuptools warned (3 times a build) that the table form of `project.license` is deprecated.
+    assert "BuildBackendWarning" not in built.build_log
+    assert "deprecated" not in built.build_log.lower()
+
+
+def test_collection_site_runs_in_check_mode_from_outside_the_repository(collection_runs) -> None:
+    # Nothing imported verify from the virtualenv: the playbooks only had the collection's copy.
+    assert not collection_runs.verify_importable
+    out = collection_runs.site.stdout
+    assert "gpu_node/playbooks/site.yml" in out or "Tune GPU nodes" in out
+    assert "tunefleet.gpu_node.sysctl" in out  # the roles ran by their collection names
+    recap = out[out.rindex("PLAY RECAP"):]
+    assert "failed=0" in recap and "unreachable=0" in recap
+    # "noop task does not support when conditional" came from the roles' defaults entry points.
+    assert warnings_in(out + collection_runs.site.stderr) == []
+
+
+def test_collection_verify_runs_from_outside_the_repository(collection_runs) -> None:
+    assert warnings_in(collection_runs.verify.stdout + collection_runs.verify.stderr) == []
+    (run_dir,) = [path for path in collection_runs.reports.iterdir() if path.is_dir()]
+    node = json.loads((run_dir / "localhost" / "report.json").read_text())
+    assert {result["role"] for result in node["results"]} >= {"sysctl", "memory", "limits"}
+    fleet = json.loads((run_dir / "fleet_report.json").read_text())
+    assert "localhost" in json.dumps(fleet["hosts"])
+
+
+def test_wheel_spec_is_the_checkouts_spec(wheel_venv, tmp_path) -> None:
+    spec = run([wheel_venv / "bin" / "tunefleet", "spec"], tmp_path, clean_env(tmp_path))
+    # Rendered from the role defaults the wheel carries, equal to the checkout's rendering.
+    assert json.loads(spec.stdout) == render_spec()
+
+
+def test_wheel_verifies_this_machine_from_outside_the_repository(wheel_venv, tmp_path) -> None:
+    done = subprocess.run([wheel_venv / "bin" / "tunefleet", "verify", "--local", "--out", "reports"], cwd=tmp_path,
+                          env=clean_env(tmp_path), capture_output=True, text=True, timeout=300)
+    assert done.returncode in (0, 1, 2), done.stderr  # findings, not a crash
+    assert "Traceback" not in done.stderr
+    report = json.loads((tmp_path / "reports" / "report.json").read_text())
+    assert {result["role"] for result in report["results"]} >= {"sysctl", "memory", "limits"}
+    # The HTML report renders from the templates the wheel carries.
+    assert "<html" in (tmp_path / "reports" / "report.html").read_text().lower()
+
+
+def test_wheel_alone_refuses_a_fleet_run_clearly(wheel_venv, tmp_path) -> None:
+    # A fleet run needs the playbooks, which only a checkout or the collection has.
+    (tmp_path / "hosts").write_text("localhost ansible_connection=local\n")
+    done = subprocess.run([wheel_venv / "bin" / "tunefleet", "verify", "-i", "hosts"], cwd=tmp_path,
+                          env=clean_env(tmp_path), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert "playbooks/verify.yml not found" in done.stderr and "TUNEFLEET_HOME" in done.stderr
+
+
+def test_wheel_lists_the_shipped_profiles(wheel_venv, tmp_path) -> None:
+    listed = run([wheel_venv / "bin" / "tunefleet", "profiles"], tmp_path, clean_env(tmp_path)).stdout
+    shipped = sorted(path.stem for path in (ROOT / "verify" / "profiles").glob("*.json"))
+    assert shipped
+    for name in shipped:
+        assert name in listed
