@@ -54,6 +54,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--world-readable", action="store_true",
                    help="fleet reports readable by every user (default: owner only)")
 
+    from verify.history.cli import add_history_parser, add_verify_arguments  # standard library only
+
+    add_verify_arguments(v)
+    add_history_parser(sub)
+
     sub.add_parser("profiles", help="list the shipped hardware profiles")
 
     s = sub.add_parser("spec", help="print the desired state rendered from role defaults")
@@ -75,6 +80,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from verify.bench.cli import main as run
     elif args.command == "profiles":
         from verify.profiles import main as run
+    elif args.command == "history":
+        from verify.history.cli import main as run
     else:
         from verify.local_run import spec_main as run
     if args.command not in ("verify", "bench"):

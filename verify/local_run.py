@@ -171,12 +171,21 @@ def main(args) -> int:
         spec = build_spec(args.spec, args.profile, args.vars, socket.gethostname())
         check_bench_options(spec)
         ensure_writable_dir(args.out, getattr(args, "world_readable", False))
+        history = open_history(args)
     except (UsageError, SpecError) as exc:
         print(f"tunefleet verify: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     names = [n.strip() for n in args.bench.split(",") if n.strip()] if args.bench else None
     node = Node(root=args.root, probe_login=getattr(args, "probe_login", False))
-    report = verify_node(spec, node, bench=not args.no_bench, bench_names=names)
+    try:
+        report = verify_node(spec, node, bench=not args.no_bench, bench_names=names)
+    except BaseException:
+        history.close()
+        raise
+    # The node judged against its own past, the run recorded, the verdict acted on (verify.history).
+    from verify.history.cli import finish_local
+
+    finish_local(history, report, node)
     written, skipped = write_reports(report, formats, args.out, getattr(args, "world_readable", False))
     if not args.quiet:
         tty = sys.stdout.isatty()
@@ -186,6 +195,17 @@ def main(args) -> int:
     if not args.quiet and written:
         print(f"reports: {', '.join(written)}")
     return exit_code(CheckResult.from_dict(r) for r in report["results"])
+
+
+def open_history(args):
+    """The history (verify.history) opened and its options checked before any check runs."""
+    from verify.history.cli import prepare
+    from verify.history.store import HistoryError
+
+    try:
+        return prepare(args)
+    except (ValueError, HistoryError) as exc:
+        raise UsageError(str(exc)) from None
 
 
 def ensure_writable_dir(path: str, world_readable: bool = False) -> None:

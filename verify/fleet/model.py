@@ -20,7 +20,8 @@ NODE_REPORT_NAME = "report.json"
 CROSSNODE_GLOB = "crossnode-*.json"
 # Written by the fleet report itself; never read back as a node report.
 ADDRESSES_NAME = "fleet_addresses.json"  # host -> addresses, for blaming path MTU failures
-FLEET_OUTPUT_NAMES = frozenset({"fleet_report.json", ADDRESSES_NAME})
+REGRESSIONS_NAME = "fleet_regressions.json"  # written by verify.history for the fleet report
+FLEET_OUTPUT_NAMES = frozenset({"fleet_report.json", ADDRESSES_NAME, REGRESSIONS_NAME})
 PARALLEL_FROM = 2000
 CLEAN = frozenset({Status.PASS.value, Status.SKIP.value})
 

@@ -43,8 +43,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     from verify.cli import main as verify_main
 
+    # --no-history: a fleet run's history is kept once, on the controller (verify.history.cli.finish_fleet).
     code = verify_main(["verify", "--local", "--spec", args.spec, "--out", args.out, "--format", args.format,
-                        "--quiet"])
+                        "--quiet", "--no-history"])
     if not os.path.isfile(os.path.join(args.out, "report.json")):
         print(f"verify exited {code} without writing {args.out}/report.json", file=sys.stderr)
         return 3

@@ -45,6 +45,7 @@ def main(args) -> int:
         print(f"tunefleet report: no readable node report under {args.directory}", file=sys.stderr)
         return 2
     summary = build_summary(nodes, errors, read_addresses(Path(args.directory), errors))
+    summary.regressions = read_regressions(Path(args.directory), errors)
     out_dir = Path(args.out or args.directory)
     try:
         written = write_reports(summary, out_dir, formats, title=f"tunefleet fleet report: {Path(args.directory).name}",
@@ -74,6 +75,24 @@ def read_addresses(directory: Path, errors: list) -> dict:
         errors.append(LoadError(str(path), "must map each host to a list of addresses"))
         return {}
     return {str(host): [str(a) for a in addrs] for host, addrs in data.items()}
+
+
+def read_regressions(directory: Path, errors: list) -> dict:
+    """The run's regressions against each host's own history (verify.history), {} when none were recorded."""
+    from verify.fleet.model import REGRESSIONS_NAME, LoadError
+
+    path = directory / REGRESSIONS_NAME
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        errors.append(LoadError(str(path), f"unreadable, regressions not listed: {exc}"))
+        return {}
+    if not isinstance(data, dict) or not all(isinstance(data.get(k), list) for k in ("regressions", "drift")):
+        errors.append(LoadError(str(path), "must hold 'regressions' and 'drift' lists"))
+        return {}
+    return data
 
 
 def write_reports(summary: FleetSummary, out_dir: Path, formats, title: str = "tunefleet fleet report",
@@ -114,7 +133,9 @@ def to_json(summary: FleetSummary) -> dict:
     ERROR); checks [check_id], most failing first; hosts [{host, worst, counts, source, problems:
     [CheckResult dict, failures first], statuses {check_id: status}}], failures first; outliers
     [{metric, host, value, unit, fleet_median, modified_z, reason}]; version_drift [{key, host,
-    value, majority, majority_hosts, reason}]; load_errors [{path, message}].
+    value, majority, majority_hosts, reason}]; regressions [{host, check_id, value, baseline_median, runs,
+    change_percent, limit_percent, unit, reason}] and config_drift [{host, key, before, after, previous_run,
+    reason}] against each host's own history (verify.history); load_errors [{path, message}].
     """
     return {
         "schema": SCHEMA,
@@ -130,6 +151,8 @@ def to_json(summary: FleetSummary) -> dict:
         ],
         "outliers": [o.to_dict() for o in summary.outliers],
         "version_drift": [d.to_dict() for d in summary.drift],
+        "regressions": summary.regressions.get("regressions", []),
+        "config_drift": summary.regressions.get("drift", []),
         "load_errors": [e.to_dict() for e in summary.load_errors],
     }
 
@@ -199,6 +222,10 @@ def to_markdown(summary: FleetSummary, title: str) -> str:
     if summary.drift:
         out += ["## Versions that differ from the majority", ""]
         out += [f"- **{d.host}**: {d.reason()}" for d in summary.drift] + [""]
+    if summary.regressions.get("regressions") or summary.regressions.get("drift"):
+        out += ["## Regressions against each host's own history", ""]
+        out += [f"- **{r['host']}**: {_md(r['reason'])}" for r in summary.regressions.get("regressions", [])]
+        out += [f"- **{d['host']}**: {_md(d['reason'])}" for d in summary.regressions.get("drift", [])] + [""]
     clean = [row.host for row in summary.rows if not row.problems]
     if clean:
         shown = ", ".join(clean[:50]) + (f" and {len(clean) - 50} more" if len(clean) > 50 else "")
@@ -245,6 +272,8 @@ def terminal_summary(summary: FleetSummary) -> str:
         more = f" (+{len(row.problems) - 1} more)" if len(row.problems) > 1 else ""
         if first:
             lines.append(f"  {row.worst:5} {row.host}: {first.check_id}: {first.reason}{more}")
+    if summary.regressions.get("regressions"):
+        lines.append(f"  {len(summary.regressions['regressions'])} regression(s) against the hosts' own history")
     if summary.load_errors:
         lines.append(f"  {len(summary.load_errors)} node report(s) could not be read")
     return "\n".join(lines)

@@ -88,11 +88,15 @@ def main(args) -> int:
         return 2
     from verify.desired import project_root
     from verify.fleet.rundir import new_run_dir
+    from verify.history.cli import finish_fleet
+    from verify.history.cli import prepare as prepare_history
+    from verify.history.store import HistoryError
 
     try:
         check_profile(getattr(args, "profile", None))
         check_inventory(args.inventory, args.limit)
-    except (InventoryError, ValueError) as exc:
+        history = prepare_history(args)  # refused before anything runs, like a bad inventory
+    except (InventoryError, ValueError, HistoryError) as exc:
         print(f"tunefleet verify: {exc}", file=sys.stderr)
         return 2
     home = project_root()
@@ -110,6 +114,9 @@ def main(args) -> int:
     progress = Progress(verbose=not args.quiet)
     with tempfile.TemporaryDirectory(prefix="tunefleet-runner-") as work:
         outcome = ansible_runner.run(**runner_kwargs(args, home, run_dir, work, progress))
+    # Recorded on the controller (nodes keep none: noderun passes --no-history), the fleet report rebuilt
+    # with each host's regressions against its own past, the verdicts acted on (verify.history).
+    finish_fleet(history, str(run_dir))
     return finish(outcome.rc, outcome.status, run_dir, progress)
 
 

@@ -39,6 +39,8 @@ class FleetSummary:
     load_errors: list
     metrics: dict = field(default_factory=dict)  # check_id -> (host -> value, higher_is_better, unit)
     curves: dict = field(default_factory=dict)  # check_id -> host -> [(size, busbw)]
+    # Each host against its own history (verify.history: fleet_regressions.json of the run), {} without one.
+    regressions: dict = field(default_factory=dict)
 
     @property
     def host_counts(self) -> dict:

@@ -1,0 +1,281 @@
+"""The history on the command line: the options `tunefleet verify` takes, what a verify run does before
+and after its checks, and `tunefleet history` itself. Standard library only (node side)."""
+from __future__ import annotations
+
+import argparse
+import socket
+import sys
+from dataclasses import dataclass
+from typing import Optional
+
+from verify.history import regress
+
+EXIT_BAD_INPUT = 2
+
+
+def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
+    """History, regression and scheduler options of `tunefleet verify` (local and fleet)."""
+    h = parser.add_argument_group("history (every run is remembered; see `tunefleet history`)")
+    where = h.add_mutually_exclusive_group()
+    where.add_argument("--history", metavar="PATH", default=None,
+                       help="history database (default: $TUNEFLEET_HISTORY, else /var/lib/tunefleet/history.sqlite "
+                            "as root, else $XDG_DATA_HOME/tunefleet/history.sqlite)")
+    where.add_argument("--no-history", action="store_true",
+                       help="neither record this run nor judge it against the past")
+    h.add_argument("--regression-percent", type=float, default=regress.DEFAULT_PERCENT, metavar="PCT",
+                   help="a figure worse than the median of the node's last runs by more than this is a WARN "
+                        f"(default {regress.DEFAULT_PERCENT:g})")
+    h.add_argument("--regression-runs", type=int, default=regress.DEFAULT_RUNS, metavar="N",
+                   help=f"how many past runs the median is over (default {regress.DEFAULT_RUNS}; "
+                        f"at least {regress.MIN_BASELINE_RUNS} needed)")
+    s = parser.add_argument_group("acting on the verdict (opt-in)")
+    s.add_argument("--on-fail", choices=("drain",), default=None,
+                   help="drain a node with a FAIL in Slurm (State=DRAIN Reason='tunefleet: ...') or taint it in "
+                        "Kubernetes (tunefleet.io/verify=failed:NoSchedule)")
+    s.add_argument("--on-pass", choices=("resume",), default=None,
+                   help="undo a drain or taint tunefleet set, once the node passes (never one set by someone else)")
+    s.add_argument("--scheduler", choices=("auto", "slurm", "kubernetes"), default="auto",
+                   help="where to drain/resume (auto: Slurm when scontrol answers, else Kubernetes)")
+    s.add_argument("--node-name", default=None,
+                   help="the node's name in the scheduler (default: the short host name; fleet: the inventory name)")
+    s.add_argument("--dry-run", action="store_true", help="print the drain/resume commands instead of running them")
+
+
+def add_history_parser(sub) -> None:
+    p = sub.add_parser("history", help="a host's benchmark figures over its runs, or the fleet's regressions")
+    p.add_argument("--history", metavar="PATH", default=None, help="history database (default: as for verify)")
+    p.add_argument("--host", default=None, help="the host whose trend to show (default: list the hosts)")
+    p.add_argument("--check", action="append", default=[], help="only this check (repeatable), e.g. bench.h2d.gpu0")
+    p.add_argument("--last", type=int, default=None, help="only the last N runs")
+    p.add_argument("--format", choices=("table", "csv", "json", "html"), default="table")
+    p.add_argument("--out", default=None, help="write to this file (safely, as root) instead of stdout")
+    p.add_argument("--regressions", action="store_true",
+                   help="the fleet regression pass: every host's latest run against its own past")
+    p.add_argument("--regression-percent", type=float, default=regress.DEFAULT_PERCENT, metavar="PCT")
+    p.add_argument("--regression-runs", type=int, default=regress.DEFAULT_RUNS, metavar="N")
+
+
+# ---- a verify run ---------------------------------------------------------------------------------
+
+
+@dataclass
+class RunHistory:
+    """What a verify run opened before its checks: the store (None with --no-history) and the options."""
+
+    store: object
+    settings: regress.Settings
+    args: argparse.Namespace
+
+    def close(self) -> None:
+        if self.store is not None:
+            self.store.close()
+
+
+def prepare(args) -> RunHistory:
+    """Check the options and open the history before any check runs; ValueError/HistoryError name the problem."""
+    from verify.history.record import open_for_run, options_from_args
+
+    options = options_from_args(args)
+    if getattr(args, "node_name", None) is not None and not str(args.node_name).strip():
+        raise ValueError("--node-name: empty")
+    return RunHistory(open_for_run(options), options.settings, args)
+
+
+def finish_local(prepared: RunHistory, report: dict, node) -> None:
+    """After a local run: judge it against the node's past, record it, act on the verdict; rows into report."""
+    from verify.history.record import add_results, judge_and_record
+
+    try:
+        if prepared.store is not None:
+            add_results(report, judge_and_record(prepared.store, report, prepared.settings))
+    finally:
+        prepared.close()
+    add_results(report, verdict_actions(prepared.args, report, node,
+                                        getattr(prepared.args, "node_name", None) or default_node_name()))
+
+
+def default_node_name() -> str:
+    return socket.gethostname().split(".")[0]
+
+
+def verdict_actions(args, report: dict, node, name: str) -> list:
+    """--on-fail drain / --on-pass resume for one node report: the scheduler rows (none when not asked).
+
+    A FAIL drains; a run with an ERROR (something could not be checked) is not resumed, and a run cut
+    short by a signal does neither: an unfinished verdict must not move a node in or out of the scheduler.
+    """
+    from verify import interrupt
+
+    if not (getattr(args, "on_fail", None) or getattr(args, "on_pass", None)) or interrupt.received() is not None:
+        return []
+    from verify.history.drain import act, first_failure
+    from verify.report import results_of
+    from verify.result import Status
+
+    results = results_of(report)
+    statuses = {r.status for r in results}
+    failure = first_failure(results)
+    if failure and args.on_fail == "drain":
+        return [act(node, "drain", name, args.scheduler, failure, args.dry_run).to_result()]
+    if not failure and Status.ERROR not in statuses and args.on_pass == "resume":
+        return [act(node, "resume", name, args.scheduler, dry_run=args.dry_run).to_result()]
+    return []
+
+
+# ---- a fleet run ----------------------------------------------------------------------------------
+
+REGRESSIONS_NAME = "fleet_regressions.json"
+
+
+def record_fleet(prepared: RunHistory, run_dir: str) -> Optional[dict]:
+    """Append every node report of a fleet run (one transaction, keyed by the run directory's name, so
+    recording it twice adds nothing), run the regression pass for that run, and write its result as
+    fleet_regressions.json next to the reports (the fleet report lists it beside the outliers)."""
+    import json
+    import os
+
+    from verify.fleet.model import json_loads
+    from verify.history.record import fleet_pass, run_record
+    from verify.report import results_of
+    from verify.safe_io import PRIVATE_FILE, open_trusted_dir, write_in_dir
+
+    if prepared.store is None:
+        return None
+    key = os.path.basename(os.path.abspath(run_dir))
+    records = []
+    for entry in sorted(os.scandir(run_dir), key=lambda e: e.name):
+        path = os.path.join(entry.path, "report.json")
+        if not entry.is_dir(follow_symlinks=False) or not os.path.isfile(path):
+            continue
+        try:
+            with open(path, "rb") as handle:
+                report = json_loads(handle.read())
+            report["host"] = entry.name  # the inventory name, as the fleet report uses
+            records.append(run_record(report, results_of(report), "fleet", key))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # the fleet report lists unreadable node reports itself
+    prepared.store.record_many(records)
+    regressions, drift = fleet_pass(prepared.store, prepared.settings, run_key=key)
+    document = {"schema": "tunefleet.fleet_regressions/v1", "run": key,
+                "percent": prepared.settings.percent, "runs": prepared.settings.runs,
+                "regressions": [r.to_dict() for r in regressions], "drift": [d.to_dict() for d in drift]}
+    dir_fd = open_trusted_dir(run_dir)
+    try:
+        write_in_dir(dir_fd, REGRESSIONS_NAME, json.dumps(document, indent=1), PRIVATE_FILE)
+    finally:
+        os.close(dir_fd)
+    return document
+
+
+def finish_fleet(prepared: RunHistory, run_dir: str, write=print) -> None:
+    """After a fleet run: record it and rebuild its fleet report with the regressions, then act on
+    each host's verdict from the controller (--on-fail/--on-pass; the node name is the inventory's)."""
+    import argparse as _argparse
+    import contextlib
+    import io
+    import json
+    import os
+
+    from verify.history.store import HistoryError
+    from verify.node import Node
+
+    report_path = os.path.join(run_dir, "fleet_report.json")
+    try:
+        document = record_fleet(prepared, run_dir)
+    except (HistoryError, OSError) as exc:
+        write(f"tunefleet verify: history not recorded: {exc}")
+        document = None
+    finally:
+        prepared.close()
+    if document and os.path.isfile(report_path):
+        from verify.fleet.report import main as rebuild
+
+        with contextlib.redirect_stdout(io.StringIO()):  # the summary is printed once, by the caller
+            rebuild(_argparse.Namespace(directory=run_dir, format="json,md,html,junit", out=None,
+                                        world_readable=getattr(prepared.args, "world_readable", False)))
+        for r in document["regressions"]:
+            write(f"  REGRESSION {r['host']}: {r['reason']}")
+    args = prepared.args
+    if not (getattr(args, "on_fail", None) or getattr(args, "on_pass", None)) or not os.path.isfile(report_path):
+        return
+    with open(report_path, encoding="utf-8") as handle:
+        hosts = json.load(handle)["hosts"]
+    node = Node()
+    for entry in hosts:
+        pseudo = {"host": entry["host"], "results": entry["problems"]}
+        for row in verdict_actions(args, pseudo, node, entry["host"]):
+            write(f"  {row.status.value:5} {row.check_id} {entry['host']}: {row.reason}")
+
+
+# ---- tunefleet history ----------------------------------------------------------------------------
+
+
+def main(args) -> int:
+    from verify.history import trend
+    from verify.history.record import fleet_pass
+    from verify.history.store import HistoryError, default_path, open_store
+
+    settings = regress.Settings(args.regression_percent, args.regression_runs)
+    try:
+        settings.validate()
+        if args.last is not None and args.last < 1:
+            raise ValueError(f"--last {args.last}: must be 1 or more")
+        store = open_store(args.history or default_path(), create=False)
+    except (ValueError, HistoryError) as exc:
+        print(f"tunefleet history: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    with store:
+        try:
+            if args.regressions:
+                text = _regressions_text(*fleet_pass(store, settings), args.format)
+            elif args.host:
+                if args.host not in store.hosts():
+                    print(f"tunefleet history: --host {args.host}: no run recorded for it in {store.path}",
+                          file=sys.stderr)
+                    return EXIT_BAD_INPUT
+                data = trend.build(store, args.host, args.check or None, args.last)
+                if args.format == "html":
+                    past = store.past_runs(args.host, settings.runs + 1)
+                    current = past[0].values if past else {}
+                    found = regress.find_regressions(args.host, current, past[1:], settings, store.checks())
+                    text = trend.to_html(data, found)
+                else:
+                    text = trend.RENDERERS[args.format](data)
+            else:
+                text = "\n".join(store.hosts()) + "\n"
+        except HistoryError as exc:
+            print(f"tunefleet history: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+    return _emit(text, args.out)
+
+
+def _regressions_text(regressions: list, drift: list, fmt: str) -> str:
+    import json
+
+    if fmt == "json":
+        return json.dumps({"regressions": [r.to_dict() for r in regressions],
+                           "drift": [d.to_dict() for d in drift]}, indent=1) + "\n"
+    if fmt == "csv":
+        lines = ["host,check_id,value,baseline_median,runs,change_percent"]
+        lines += [f"{r.host},{r.check_id},{r.value!r},{r.baseline!r},{r.runs},{r.change_percent:.1f}"
+                  for r in regressions]
+        return "\n".join(lines) + "\n"
+    lines = [f"{len(regressions)} regressions, {len(drift)} config changes since the previous run"]
+    lines += [f"  WARN {r.host}: {r.reason()}" for r in regressions]
+    lines += [f"  DRIFT {d.host}: {d.reason()}" for d in drift]
+    return "\n".join(lines) + "\n"
+
+
+def _emit(text: str, out: Optional[str]) -> int:
+    if not out:
+        sys.stdout.write(text)
+        return 0
+    from verify.safe_io import PRIVATE_FILE, write_file_atomic
+
+    try:
+        write_file_atomic(out, text, PRIVATE_FILE)
+    except OSError as exc:
+        print(f"tunefleet history: --out {out}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(f"wrote {out}")
+    return 0

@@ -1,0 +1,46 @@
+"""One check's figure over a host's runs as an inline SVG, drawn the way the fleet page draws its plots
+(verify.fleet.plots: same frame, ticks and size), so the history page needs no library or script."""
+from __future__ import annotations
+
+from html import escape
+
+from verify.fleet import plots as fleet_plots
+from verify.fleet.outliers import median
+from verify.result import Status
+
+W, H = fleet_plots.WIDTH, fleet_plots.HEIGHT
+LEFT, RIGHT, TOP, BOTTOM = fleet_plots.LEFT, fleet_plots.RIGHT, fleet_plots.TOP, fleet_plots.BOTTOM
+
+
+def trend(points: list, title: str, unit: str = "") -> str:
+    """points: trend.Point oldest first. Returns an <svg> element ('' when no run has a figure)."""
+    measured = [(i, p) for i, p in enumerate(points) if isinstance(p.value, (int, float))]
+    if not measured:
+        return ""
+    y_hi = max(p.value for _, p in measured) * 1.1 or 1.0
+    span = max(len(points) - 1, 1)
+
+    def xy(index: int, value: float) -> tuple:
+        return (LEFT + index / span * (W - LEFT - RIGHT), H - BOTTOM - value / y_hi * (H - TOP - BOTTOM))
+
+    parts = [fleet_plots._frame(title, "run (oldest to newest)", unit or "value")]
+    parts.extend(fleet_plots._y_ticks(y_hi))
+    line = " ".join(f"{x:.1f},{y:.1f}" for x, y in (xy(i, p.value) for i, p in measured))
+    parts.append(f'<polyline class="trend" fill="none" stroke="#2471a3" stroke-width="2" points="{line}"/>')
+    middle = median([p.value for _, p in measured])
+    _, y_mid = xy(0, middle)
+    parts.append(f'<line class="median" x1="{LEFT}" y1="{y_mid:.1f}" x2="{W - RIGHT}" y2="{y_mid:.1f}" '
+                 f'stroke="#7f8c8d" stroke-dasharray="4 3"><title>median {middle:g}</title></line>')
+    for i, p in measured:
+        x, y = xy(i, p.value)
+        colour = "#067647" if p.status == Status.PASS.value else "#c0392b"
+        parts.append(f'<circle class="run" data-status="{escape(p.status)}" cx="{x:.1f}" cy="{y:.1f}" r="3.5" '
+                     f'fill="{colour}"><title>{escape(p.started_at)}: {p.value:g} {escape(unit)} '
+                     f"{escape(p.status)}</title></circle>")
+    for index, anchor in ((0, "start"), (len(points) - 1, "end")):
+        x, _ = xy(index, 0)
+        parts.append(f'<text x="{x:.1f}" y="{H - BOTTOM + 14}" font-size="10" text-anchor="{anchor}">'
+                     f"{escape(points[index].started_at[:16])}</text>")
+    note = f"{len(measured)} of {len(points)} runs measured; dashed: median; red: not PASS"
+    parts.append(f'<text x="{LEFT}" y="{H - 5}" font-size="10">{escape(note)}</text>')
+    return fleet_plots._svg(parts, title)

@@ -1,0 +1,127 @@
+"""What a verify run does with the history: open it before anything runs (bad input refused early),
+judge the finished run against the node's past, and append it, all of it in one transaction.
+"""
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass, field
+from typing import Optional
+
+from verify.history import regress
+from verify.history.store import HistoryError, HistoryStore, Measurement, RunRecord, default_path, open_store
+from verify.result import CheckResult, Status, counts, exit_code
+
+CONFIG_VALUE_LIMIT = 200  # characters kept of one observed config value
+# Results that are judgements of the history itself, or of the fleet, are not the node's config.
+NOT_CONFIG_ROLES = frozenset({regress.ROLE, "fleet", "verify", "scheduler"})
+
+
+@dataclass
+class HistoryOptions:
+    path: Optional[str]  # None: --no-history
+    settings: regress.Settings = field(default_factory=regress.Settings)
+
+
+def options_from_args(args) -> HistoryOptions:
+    """--history/--no-history/--regression-percent/--regression-runs, checked (ValueError names the option)."""
+    settings = regress.Settings(percent=getattr(args, "regression_percent", regress.DEFAULT_PERCENT),
+                                runs=getattr(args, "regression_runs", regress.DEFAULT_RUNS))
+    settings.validate()
+    if getattr(args, "no_history", False):
+        return HistoryOptions(None, settings)
+    return HistoryOptions(getattr(args, "history", None) or default_path(), settings)
+
+
+def open_for_run(options: HistoryOptions) -> Optional[HistoryStore]:
+    return open_store(options.path) if options.path else None
+
+
+def measurements_of(results: list) -> list:
+    """Every benchmark result, its figure only when it is a real one (ERROR and SKIP keep their status)."""
+    out = []
+    for r in results:
+        if r.role == regress.ROLE or not regress.is_measurement(r):
+            continue
+        out.append(Measurement(r.check_id, r.status.value, regress.figure(r), regress.unit_of(r),
+                               regress.higher_is_better(r)))
+    return out
+
+
+def config_of(report: dict, results: list) -> dict:
+    """The values drift is judged on: each config check's observed value, and the version facts."""
+    from verify.fleet.uniformity import fleet_versions
+    from verify.report import one_line
+
+    config = {}
+    for r in results:
+        if r.role in NOT_CONFIG_ROLES or regress.is_measurement(r) or r.observed is None:
+            continue
+        config[r.check_id] = one_line(r.observed, CONFIG_VALUE_LIMIT)
+    for key, value in fleet_versions(report.get("facts") or {}).items():
+        config[f"facts.{key}"] = value
+    return config
+
+
+def run_record(report: dict, results: list, source: str, run_key: Optional[str] = None) -> RunRecord:
+    from verify import __version__
+
+    worst = next((s.value for s in (Status.FAIL, Status.ERROR, Status.WARN, Status.PASS)
+                  if any(r.status == s for r in results)), Status.SKIP.value)
+    started = (report.get("run") or {}).get("started_at") or report.get("generated_at") or ""
+    return RunRecord(host=str(report.get("host") or "unknown"), started_at=str(started), source=source,
+                     run_key=run_key or secrets.token_hex(8), worst=worst, exit_code=exit_code(results),
+                     measurements=measurements_of(results), config=config_of(report, results),
+                     tool_version=__version__)
+
+
+def judge(store: HistoryStore, record: RunRecord, settings: regress.Settings) -> list:
+    """Regression and drift rows of one run against the host's past (the run itself not yet recorded)."""
+    past = store.past_runs(record.host, max(settings.runs, 1))
+    current = {m.check_id: m.value for m in record.measurements if m.value is not None}
+    directions = {m.check_id: (m.unit, m.higher_is_better) for m in record.measurements}
+    rows = [r.to_result() for r in regress.find_regressions(record.host, current, past, settings, directions)]
+    rows += [d.to_result() for d in regress.find_drift(record.host, record.config, past[0] if past else None)]
+    return rows
+
+
+def judge_and_record(store: HistoryStore, report: dict, settings: regress.Settings, source: str = "local") -> list:
+    """The history rows for this node report, after appending the run (one transaction).
+
+    A history that cannot be written costs the history only: the run's own results stand, and an
+    ERROR row says what happened.
+    """
+    from verify.interrupt import deferred
+    from verify.report import results_of
+
+    results = results_of(report)
+    record = run_record(report, results, source)
+    try:
+        rows = judge(store, record, settings)
+        with deferred():  # a Ctrl-C now would only roll the append back: let it finish first
+            store.record(record)
+    except HistoryError as exc:
+        return [CheckResult("history.record", regress.ROLE, Status.ERROR, reason=str(exc),
+                            remediation="check the history file and its directory (--history, --no-history)")]
+    return rows
+
+
+def add_results(report: dict, rows: list) -> None:
+    """Append rows to a node report and recount its summary, so every format agrees."""
+    if not rows:
+        return
+    from verify.report import results_of
+
+    report["results"].extend(r.to_dict() for r in rows)
+    results = results_of(report)
+    report["summary"] = {"counts": counts(results), "exit_code": exit_code(results), "total": len(results)}
+
+
+def fleet_pass(store: HistoryStore, settings: regress.Settings, run_key: Optional[str] = None) -> tuple:
+    """(regressions, drift) of every host's latest run (or its run of run_key) against its own past."""
+    directions = store.checks()
+    regressions, drift = [], []
+    for host, runs in sorted(store.latest_runs(settings.runs + 1, run_key).items()):
+        current, past = runs[0], runs[1:]
+        regressions += regress.find_regressions(host, current.values, past, settings, directions)
+        drift += regress.find_drift(host, current.config or {}, past[0] if past else None)
+    return regressions, drift
