@@ -361,6 +361,8 @@ EXEMPT = {
     "verify.fleet.model:_read_json": "json_loads of a file; fuzzed through parse_node_report/load_fleet_dir",
     "verify.fleet.multinode:_read_json": "reads this package's own engine output (torch_allreduce JSON)",
     "verify.fleet.report:read_addresses": "reads the address map playbooks/verify.yml writes; errors are LoadErrors",
+    "verify.fleet.report:read_regressions": "reads the regression file the fleet run writes; errors are LoadErrors",
+    "verify.bench.gpu_engine:Sampler._read": "NVML calls, no text parsed",
     "verify.bench.perftest:_read": "sysfs read with errors='replace'; fuzzed through discover_ports",
     "verify.bench.odirect_read:read_direct": "a benchmark engine (O_DIRECT reads), not a parser",
     "plugins.modules.cpu_governor:_read": "fuzzed through read_governors",

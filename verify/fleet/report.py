@@ -86,8 +86,8 @@ def read_regressions(directory: Path, errors: list) -> dict:
         return {}
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        errors.append(LoadError(str(path), f"unreadable, regressions not listed: {exc}"))
+    except (OSError, ValueError, RecursionError) as exc:  # RecursionError: a file nested too deeply
+        errors.append(LoadError(str(path), f"unreadable, regressions not listed: {str(exc)[:200]}"))
         return {}
     if not isinstance(data, dict) or not all(isinstance(data.get(k), list) for k in ("regressions", "drift")):
         errors.append(LoadError(str(path), "must hold 'regressions' and 'drift' lists"))
