@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from verify.history import store as history_store
 from verify.history.store import (
     APPLICATION_ID,
     MIGRATIONS,
@@ -166,7 +165,3 @@ def test_missing_history_is_not_created_when_only_read(tmp_path):
     with pytest.raises(HistoryError, match="does not exist"):
         open_store(str(tmp_path / "none.sqlite"), create=False)
     assert not (tmp_path / "none.sqlite").exists()
-
-
-def test_schema_version_is_the_number_of_migrations():
-    assert history_store.SCHEMA_VERSION == len(MIGRATIONS)
