@@ -1,6 +1,6 @@
 """PCIe link, NVLink and InfiniBand/RoCE port health on the real Node: fake sysfs trees in the kernel's
-formats and replayed nvidia-smi output (the 2x H200 machine's real `nvlink -s`; see
-tests/fixtures/node/health/README.md for which inputs are documentation formats)."""
+formats and replayed nvidia-smi output (the 2x H200 machine's real `nvlink -s` and `nvlink -e`, driver 580;
+see tests/fixtures/node/health/README.md for the origin of each input)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,8 +14,9 @@ from verify.result import Status
 from verify.runner import CommandOutput
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "node"
-NVLINK_S = (FIXTURES / "gpu_machine" / "nvidia-smi-nvlink-status.txt").read_text()  # real, 2x H200
-NVLINK_E = (FIXTURES / "health" / "nvidia-smi-nvlink-e_h100_documented.txt").read_text()
+H200X2 = FIXTURES / "health" / "h200x2" / "cmd"  # real, 2x H200 NV18, driver 580.159.04
+NVLINK_S = (H200X2 / "nvlink-s.stdout").read_text()
+NVLINK_E = (H200X2 / "nvlink-e.stdout").read_text()
 BANNER = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build\n"
 
 

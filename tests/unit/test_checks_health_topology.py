@@ -19,7 +19,8 @@ from verify.runner import CommandOutput
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "node"
 TOPO_8X = (FIXTURES / "health" / "nvidia-smi-topo-m_8x_nv18_nccl1453.txt").read_text()  # real, public
-TOPO_H200X2 = (FIXTURES / "gpu_machine" / "nvidia-smi-topo-m.txt").read_text()  # real, the GPU machine
+# real, the 2x H200 machine, as nvidia-smi printed it to a pipe (underline escape codes in the header)
+TOPO_H200X2 = (FIXTURES / "health" / "h200x2" / "cmd" / "topo-m.stdout").read_text()
 BANNER = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build\n"
 
 
