@@ -7,13 +7,15 @@
 - The wheel (`pip wheel`, build isolation on, so pyproject's build requirements are what is
   used) installed into that virtualenv runs `tunefleet spec`, `verify --local` and `profiles`.
 
-Slow: about 90 s on the 2-core CI machine, most of it the site playbook (~40 s, every role's
-tasks in check mode) and installing ansible into the fresh virtualenv (~15 s with pip's wheel
-cache warm; needs the package index the first time). Byte-compiling ansible would add ~30 s:
---no-compile.
+The end-to-end tests are marked slow: 100-125 s on the shared 2-core CI machine under load
+(`pytest -s` prints each step), most of it the two playbooks (site ~45 s, every role's tasks in
+check mode; verify ~20-30 s) and installing ansible into the fresh virtualenv (~15 s with pip's
+wheel cache warm; it needs the package index the first time). Byte-compiling ansible would add
+~30 s: --no-compile.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -33,8 +35,6 @@ BIN = Path(sys.executable).parent
 # What a build must not see from the working tree (the checkout's own environments and outputs).
 NOT_SOURCES = shutil.ignore_patterns(".git", ".venv", ".cache", "reports", "build", "dist", "*.egg-info",
                                      "__pycache__", "*.pyc", ".pytest_cache", ".ruff_cache", ".hypothesis")
-
-pytestmark = pytest.mark.slow
 
 
 def run(argv: list, cwd: Path, env: dict, timeout: int = 300) -> subprocess.CompletedProcess:
@@ -140,12 +140,14 @@ def warnings_in(text: str) -> list:
     return [line for line in text.splitlines() if "WARNING" in line or "DEPRECATION" in line]
 
 
+@pytest.mark.slow
 def test_build_has_no_warning(built) -> None:
     # setuptools warned (3 times a build) that the table form of `project.license` is deprecated.
     assert "BuildBackendWarning" not in built.build_log
     assert "deprecated" not in built.build_log.lower()
 
 
+@pytest.mark.slow
 def test_collection_site_runs_in_check_mode_from_outside_the_repository(collection_runs) -> None:
     # Nothing imported verify from the virtualenv: the playbooks only had the collection's copy.
     assert not collection_runs.verify_importable
@@ -158,6 +160,7 @@ def test_collection_site_runs_in_check_mode_from_outside_the_repository(collecti
     assert warnings_in(out + collection_runs.site.stderr) == []
 
 
+@pytest.mark.slow
 def test_collection_verify_runs_from_outside_the_repository(collection_runs) -> None:
     assert warnings_in(collection_runs.verify.stdout + collection_runs.verify.stderr) == []
     (run_dir,) = [path for path in collection_runs.reports.iterdir() if path.is_dir()]
@@ -167,12 +170,14 @@ def test_collection_verify_runs_from_outside_the_repository(collection_runs) -> 
     assert "localhost" in json.dumps(fleet["hosts"])
 
 
+@pytest.mark.slow
 def test_wheel_spec_is_the_checkouts_spec(wheel_venv, tmp_path) -> None:
     spec = run([wheel_venv / "bin" / "tunefleet", "spec"], tmp_path, clean_env(tmp_path))
     # Rendered from the role defaults the wheel carries, equal to the checkout's rendering.
     assert json.loads(spec.stdout) == render_spec()
 
 
+@pytest.mark.slow
 def test_wheel_verifies_this_machine_from_outside_the_repository(wheel_venv, tmp_path) -> None:
     done = subprocess.run([wheel_venv / "bin" / "tunefleet", "verify", "--local", "--out", "reports"], cwd=tmp_path,
                           env=clean_env(tmp_path), capture_output=True, text=True, timeout=300)
@@ -184,6 +189,7 @@ def test_wheel_verifies_this_machine_from_outside_the_repository(wheel_venv, tmp
     assert "<html" in (tmp_path / "reports" / "report.html").read_text().lower()
 
 
+@pytest.mark.slow
 def test_wheel_alone_refuses_a_fleet_run_clearly(wheel_venv, tmp_path) -> None:
     # A fleet run needs the playbooks, which only a checkout or the collection has.
     (tmp_path / "hosts").write_text("localhost ansible_connection=local\n")
@@ -193,9 +199,41 @@ def test_wheel_alone_refuses_a_fleet_run_clearly(wheel_venv, tmp_path) -> None:
     assert "playbooks/verify.yml not found" in done.stderr and "TUNEFLEET_HOME" in done.stderr
 
 
+@pytest.mark.slow
 def test_wheel_lists_the_shipped_profiles(wheel_venv, tmp_path) -> None:
     listed = run([wheel_venv / "bin" / "tunefleet", "profiles"], tmp_path, clean_env(tmp_path)).stdout
     shipped = sorted(path.stem for path in (ROOT / "verify" / "profiles").glob("*.json"))
     assert shipped
     for name in shipped:
         assert name in listed
+
+
+def load_desired_from(package: Path):
+    """verify/desired.py as it would sit in another layout (a wheel's site-packages, a collection)."""
+    package.mkdir(parents=True, exist_ok=True)
+    shutil.copy(ROOT / "verify" / "desired.py", package / "desired.py")
+    spec = importlib.util.spec_from_file_location(f"desired_{abs(hash(package))}", package / "desired.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_data_found_in_a_checkout_a_wheel_and_through_tunefleet_home(tmp_path, monkeypatch) -> None:
+    monkeypatch.delenv("TUNEFLEET_HOME", raising=False)
+    marker = "templates/desired_state.json.j2"
+    checkout = tmp_path / "checkout"
+    (checkout / "templates").mkdir(parents=True)
+    (checkout / marker).write_text("{}")
+    assert load_desired_from(checkout / "verify").project_root() == checkout
+    # An installed wheel: site-packages has no templates/, the package's _data/ has them.
+    site = tmp_path / "site-packages"
+    (site / "verify" / "_data" / "templates").mkdir(parents=True)
+    (site / "verify" / "_data" / marker).write_text("{}")
+    wheel = load_desired_from(site / "verify")
+    assert wheel.project_root() == site / "verify" / "_data"
+    monkeypatch.setenv("TUNEFLEET_HOME", str(checkout))
+    assert wheel.project_root() == checkout
+    # The caller's cwd never counts, even when it looks like a checkout.
+    monkeypatch.delenv("TUNEFLEET_HOME")
+    monkeypatch.chdir(checkout)
+    assert load_desired_from(tmp_path / "bare" / "verify").project_root() == tmp_path / "bare"
