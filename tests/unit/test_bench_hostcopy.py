@@ -28,9 +28,11 @@ def test_a_copy_above_the_pcie_peak_is_an_error_not_a_pass():
 
 
 def test_nan_or_negative_copy_rates_are_errors_even_without_a_known_link():
-    for value in (float("nan"), -3.0):
+    for value in (float("nan"), -3.0, 99999999.0):
         gpu = {"index": 0, "name": "x", "pcie": {}, "d2h_gbps": value}
         assert hostcopy.judge_copy("d2h", gpu, None, hostcopy.DERIVED_RATIO).status == Status.ERROR
+    real = {"index": 0, "name": "x", "pcie": {}, "d2h_gbps": 55.3}  # unknown link, a real figure: recorded
+    assert hostcopy.judge_copy("d2h", real, None, hostcopy.DERIVED_RATIO).status == Status.PASS
 
 
 def test_sysfs_peak_wins_when_nvml_reads_lower():

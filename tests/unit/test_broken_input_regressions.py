@@ -150,7 +150,7 @@ def _largest_busbw_replaced(value: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-@pytest.mark.parametrize("busbw", ["nan", "-nan", "inf", "-12.5"])
+@pytest.mark.parametrize("busbw", ["nan", "-nan", "inf", "-12.5", "99999999"])
 def test_nccl_tests_impossible_busbw_is_error(busbw):
     node = scripted_node(lambda argv: output(argv, stdout=_largest_busbw_replaced(busbw)))
     spec = {"verify": {"thresholds": {"nccl_allreduce_busbw_gbps": 300}}}

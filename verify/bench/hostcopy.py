@@ -71,7 +71,9 @@ def judge_copy(
                       absolute.describe() + " GB/s", round(observed, 2), REMEDIATION, details, degraded,
                       peak=link.gbps if link else None, peak_source=link.source if link else "")
     if link is None:
-        broken = broken_measurement(observed)
+        bound = peaks.unknown_host_link_bound()
+        details["physical_peak"] = bound.to_dict()
+        broken = broken_measurement(observed, bound.gbps, bound.source)
         if broken:
             return result(check_id, Status.ERROR, f"{direction.upper()}: {broken}", None, observed,
                           "the benchmark's output is not a real measurement: re-run it", details)

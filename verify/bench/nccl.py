@@ -368,6 +368,7 @@ def run(spec: Optional[dict], profile: Optional[dict], node, overrides: Optional
     expected_gpus = (profile or {}).get("gpu_count") or gpus
     nvls_expected = (profile or {}).get("nvls_expected")
     peak = link_peak(node, nvls=nvls_expected is not False) if opts.backend == "nccl" else None
+    peak = peak or peaks.unknown_links_bound()  # unknown links still bound what is possible
     threshold = resolve_threshold("nccl_allreduce_busbw_gbps", profile, spec)
     if threshold is None and opts.backend == "nccl" and node.is_live:
         from verify.bench.hardware import detect

@@ -72,6 +72,30 @@ def ib_gbps(rate_gbits: Optional[float]) -> Optional[float]:
     return None if not rate_gbits else rate_gbits / 8
 
 
+# When a node's links cannot be read (no NVML, a tree under --root, gloo on CPUs) a figure is still
+# bounded by the fastest GPU interconnect that exists: NVLink 5 at 900 GB/s per direction per GPU
+# (NVIDIA Blackwell: 1.8 TB/s bidirectional), plus PCIe Gen6 x16, twice over for NVLS reduction.
+FASTEST_NVLINK_GBPS = 900.0
+
+
+def unknown_links_bound() -> Peak:
+    """The busbw bound when the node's links are unknown: no real all-reduce exceeds it."""
+    total = 2 * (FASTEST_NVLINK_GBPS + pcie_gbps(6, 16))
+    return Peak(total, f"links unknown: busbw bound {total:.0f} GB/s = 2 x (NVLink 5 at 900 GB/s per direction"
+                       " + PCIe Gen6 x16), the fastest GPU interconnect there is")
+
+
+# Host<->GPU copies travel over PCIe, or NVLink-C2C on Grace Hopper/Blackwell (450 GB/s per
+# direction, NVIDIA GH200 datasheet: 900 GB/s bidirectional): the fastest host link there is.
+FASTEST_HOST_LINK_GBPS = 450.0
+
+
+def unknown_host_link_bound() -> Peak:
+    """The host-copy bound when the GPU's host link is unknown."""
+    return Peak(FASTEST_HOST_LINK_GBPS, "host link unknown: bound 450 GB/s per direction (NVLink-C2C, the "
+                                        "fastest CPU-GPU link there is)")
+
+
 def allreduce_peak(
     nvlink_per_gpu: Optional[float], pcie: Optional[Peak], nvls: bool = False
 ) -> Optional[Peak]:
