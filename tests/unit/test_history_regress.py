@@ -2,6 +2,9 @@
 host-copy capture through the real Node) judged against recorded runs."""
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 from bench_helpers import fixture, output, scripted_node
 
@@ -10,6 +13,8 @@ from verify.history import record, regress
 from verify.history.store import Measurement, PastRun, RunRecord, open_store
 from verify.report import build_report
 from verify.result import CheckResult, Status
+
+GPU_REPORT = Path(__file__).resolve().parents[1] / "fixtures" / "node" / "gpu_machine_report.json"
 
 
 def past(*values, check="bench.nccl_allreduce", config=None) -> list:
@@ -79,7 +84,9 @@ def _real_hostcopy_report(monkeypatch, host="gpu-01") -> dict:
     monkeypatch.setattr(hostcopy, "module_available", lambda name: True)
     node = scripted_node(lambda argv: output(argv, stdout=fixture("h200x2_hostcopy.stdout")))
     results = hostcopy.run(None, None, node, {"tries": 1})
-    return build_report({"host": host}, {"host": host}, results, {"started_at": "2026-11-22T10:00:00+00:00"})
+    captured = json.loads(GPU_REPORT.read_text())  # the same machine's facts and desired state
+    run = dict(captured["run"], started_at="2026-11-22T10:00:00+00:00")
+    return build_report(captured["desired_state"], dict(captured["facts"], host=host), results, run)
 
 
 def test_a_real_run_below_its_recorded_past_gets_the_warn_and_is_recorded(tmp_path, monkeypatch):
@@ -114,3 +121,25 @@ def test_the_fleet_pass_judges_every_hosts_latest_run(tmp_path):
         assert [(d.host, d.before, d.after) for d in drift] == [("c", "6.1", "6.2")]
         # Judged at an earlier fleet run, nothing had regressed yet.
         assert record.fleet_pass(store, regress.Settings(), run_key="run4") == ([], [])
+
+
+def test_the_node_report_carries_its_trend_and_its_html_draws_it(tmp_path, monkeypatch):
+    from verify.cli import build_parser
+    from verify.history.cli import finish_local, prepare
+    from verify.node import Node
+    from verify.report import render
+
+    path = str(tmp_path / "h.sqlite")
+    with open_store(path) as store:
+        for day in range(3):
+            store.record(RunRecord("gpu-01", f"2026-11-1{day}T00:00:00+00:00", "local", f"old{day}", "PASS", 0,
+                                   [Measurement("bench.h2d.gpu0", "PASS", 64.0, "GB/s")], {}))
+    report = _real_hostcopy_report(monkeypatch)
+    finish_local(prepare(build_parser().parse_args(["verify", "--local", "--history", path])), report, Node())
+    points = report["history"]["trend"]["bench.h2d.gpu0"]["points"]
+    assert [p[2] for p in points] == [64.0, 64.0, 64.0, pytest.approx(55.44)] and report["history"]["runs"] == 4
+    assert "history.regression.bench.h2d.gpu0" in {r["check_id"] for r in report["results"]}
+    page = render(report, "html")
+    section = page[page.index('<section id="history">'):]
+    assert section.count("<svg") == 4  # h2d and d2h of both GPUs (the past runs held GPU 0's H2D only)
+    assert section.count('class="run"') == 4 + 1 + 1 + 1

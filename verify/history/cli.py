@@ -88,10 +88,28 @@ def finish_local(prepared: RunHistory, report: dict, node) -> None:
     try:
         if prepared.store is not None:
             add_results(report, judge_and_record(prepared.store, report, prepared.settings))
+            report["history"] = recent_trend(prepared.store, str(report.get("host")))
     finally:
         prepared.close()
     add_results(report, verdict_actions(prepared.args, report, node,
                                         getattr(prepared.args, "node_name", None) or default_node_name()))
+
+
+REPORT_TREND_RUNS = 20
+
+
+def recent_trend(store, host: str) -> dict:
+    """The node's figures over its last runs (this one included), for the node report's HTML trend plots."""
+    from verify.history import trend
+    from verify.history.store import HistoryError
+
+    try:
+        data = trend.build(store, host, last=REPORT_TREND_RUNS)
+    except HistoryError as exc:
+        return {"database": store.path, "error": str(exc)}
+    return {"database": store.path, "runs": len(data.runs), "trend": {
+        name: {"unit": data.units.get(name, ""), "points": [[p.started_at, p.status, p.value] for p in points]}
+        for name, points in data.checks.items()}}
 
 
 def default_node_name() -> str:

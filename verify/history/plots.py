@@ -12,6 +12,18 @@ W, H = fleet_plots.WIDTH, fleet_plots.HEIGHT
 LEFT, RIGHT, TOP, BOTTOM = fleet_plots.LEFT, fleet_plots.RIGHT, fleet_plots.TOP, fleet_plots.BOTTOM
 
 
+def report_trends(report: dict) -> list:
+    """SVG trends of a node report's "history" section (verify.history.cli.finish_local), [] without one."""
+    from verify.history.trend import Point
+
+    section = report.get("history") if isinstance(report.get("history"), dict) else {}
+    svgs = []
+    for check_id, entry in sorted((section.get("trend") or {}).items()):
+        points = [Point(str(p[0]), "", str(p[1]), p[2]) for p in entry.get("points", []) if len(p) == 3]
+        svgs.append(trend(points, f"{check_id} over the last {len(points)} runs", str(entry.get("unit", ""))))
+    return [svg for svg in svgs if svg]
+
+
 def trend(points: list, title: str, unit: str = "") -> str:
     """points: trend.Point oldest first. Returns an <svg> element ('' when no run has a figure)."""
     measured = [(i, p) for i, p in enumerate(points) if isinstance(p.value, (int, float))]
