@@ -158,3 +158,26 @@ def test_a_fleet_run_is_recorded_once_and_its_report_lists_regressions(tmp_path,
     assert "b**: bench.nccl_allreduce 290 GB/s, was 341 GB/s" in (last / "fleet_report.md").read_text()
     assert 'class="regression"' in (last / "fleet_report.html").read_text()
     shutil.rmtree(tmp_path / "reports")
+
+
+def test_a_fleet_run_drains_its_failing_hosts_by_inventory_name(tmp_path):
+    from tests.helpers.replay import ReplayRunner
+    from verify.cli import build_parser
+    from verify.history.cli import finish_fleet, prepare
+    from verify.node import Node
+    from verify.runner import CommandOutput
+
+    scheduler = Path(__file__).resolve().parents[1] / "fixtures" / "scheduler"
+    record = json.loads((scheduler / "slurm_show_idle.json").read_text())
+    node = Node(runner=ReplayRunner({"scontrol": CommandOutput(record["argv"], 0, record["stdout"], "", 0.0)}))
+    run = fleet_run_dir(tmp_path, "run0", {"a": 340.0, "b": 341.0})
+    assert main(["report", str(run), "--format", "json"]) == 1
+    args = build_parser().parse_args(["verify", "-i", "inventory.ini", "--history", str(tmp_path / "h.sqlite"),
+                                      "--on-fail", "drain", "--scheduler", "slurm", "--dry-run"])
+    lines: list = []
+    finish_fleet(prepare(args), str(run), lines.append, node)
+    drains = [line for line in lines if "scheduler.drain" in line]
+    assert len(drains) == 2 and "scheduler.drain a: dry run: would run scontrol update NodeName=a State=DRAIN " \
+        "'Reason=tunefleet: limits.login.memlock" in drains[0]
+    assert [c[:2] for c in node.runner.calls] == [["scontrol", "-o"]] * 2  # read only: a dry run
+    assert sqlite3.connect(tmp_path / "h.sqlite").execute("SELECT count(*) FROM runs").fetchone()[0] == 2

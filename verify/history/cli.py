@@ -185,7 +185,7 @@ def record_fleet(prepared: RunHistory, run_dir: str) -> Optional[dict]:
     return document
 
 
-def finish_fleet(prepared: RunHistory, run_dir: str, write=print) -> None:
+def finish_fleet(prepared: RunHistory, run_dir: str, write=print, node=None) -> None:
     """After a fleet run: record it and rebuild its fleet report with the regressions, then act on
     each host's verdict from the controller (--on-fail/--on-pass; the node name is the inventory's)."""
     import argparse as _argparse
@@ -218,7 +218,7 @@ def finish_fleet(prepared: RunHistory, run_dir: str, write=print) -> None:
         return
     with open(report_path, encoding="utf-8") as handle:
         hosts = json.load(handle)["hosts"]
-    node = Node()
+    node = node or Node()  # the controller: scontrol/kubectl run where tunefleet verify -i runs
     for entry in hosts:
         pseudo = {"host": entry["host"], "results": entry["problems"]}
         for row in verdict_actions(args, pseudo, node, entry["host"]):
