@@ -28,6 +28,7 @@ demo: $(RUNTIME_STAMP)
 	$(BIN)/python $(NODE_STATE) compare reports/demo/state-before.json
 	@echo "== tunefleet demo: verifying this machine against the same desired state"
 	$(BIN)/tunefleet verify --local --vars inventory/local/group_vars/all.yml --out reports/demo \
+	  --history reports/demo/history.sqlite \
 	  || [ $$? -le 2 ]
 	@echo "== nothing on this machine was changed (compared above). Reports: $(CURDIR)/reports/demo/ (open report.html)"
 

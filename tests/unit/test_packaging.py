@@ -51,7 +51,9 @@ def clean_env(cwd: Path, **extra: str) -> dict:
     """A user's shell, not this test run's: nothing from the checkout (ANSIBLE_CONFIG, PYTHONPATH,
     TUNEFLEET_HOME, the repo's venv on PATH) leaks into the installed forms."""
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": os.environ.get("HOME", str(cwd)),
-           "LANG": "C.UTF-8", "PWD": str(cwd), "ANSIBLE_NOCOLOR": "1"}
+           "LANG": "C.UTF-8", "PWD": str(cwd), "ANSIBLE_NOCOLOR": "1",
+           # verify keeps a history database; a test's runs go to its own directory, not the machine's.
+           "TUNEFLEET_HISTORY": str(cwd / "history.sqlite")}
     env.update(extra)
     return env
 
