@@ -4,10 +4,19 @@
 
 Prints, per GPU and per pair, the engine's figure divided by the plain loop's (goal >= 0.97): the
 plain loop is issue 19's (CUDA events, 3 warm-ups, 20 iterations, one GPU at a time, nothing else
-running), the engine runs all GPUs at once with NVML sampling, so the ratio also says whether running
-GPUs in parallel costs anything. With --sendrecv (nccl-tests, built with MPI=0) the pair copy both
-ways is set next to sendrecv_perf -g <GPUs> at the same size (algbw: each rank's send rate while all
-send at once).
+running), the engine runs all GPUs at once with NVML sampling and the quick set's options, so the
+ratio also says whether running GPUs in parallel costs anything. The both-ways copy is set next to a
+plain loop doing the same (both directions queued at once on their own streams, 3 warm-ups, 20
+iterations, bytes each direction moved per second).
+
+With --sendrecv (nccl-tests, built with MPI=0) sendrecv_perf -g 2 runs at the same size and is
+printed beside the both-ways row for reference, NOT judged: its algbw (= busbw, factor 1) is
+count x type size / time (nccl-tests src/sendrecv.cu SendRecvGetBw), the bytes each rank sends per
+second while every rank sends to the next, so with 2 ranks it is the same unit as the both-ways row
+(per direction, both at once). But NCCL moves the bytes with its own kernels over a few P2P channels
+on the SMs, the engine with the copy engines (cudaMemcpyPeerAsync): on 2x H200 NCCL read 307.8 GB/s
+where both copy loops read ~383, so a ratio against it says how NCCL's path compares, not whether the
+engine measures right.
 """
 
 from __future__ import annotations
@@ -39,8 +48,40 @@ def plain_loop(torch, device, step, warmup: int = 3, iters: int = 20) -> float:
     return start.elapsed_time(end) / 1000.0 / iters
 
 
+def plain_bidir(torch, i: int, j: int, nbytes: int, warmup: int = 3, iters: int = 20) -> dict:
+    """{(i, j): GB/s, (j, i): GB/s}: both directions queued at once, each on its source GPU's own stream
+    and timed by its own events (the engine's way, written out plainly)."""
+    def buf(device):
+        return torch.empty(nbytes, dtype=torch.uint8, device=device)
+
+    bufs = {(i, j): (buf(i), buf(j)), (j, i): (buf(j), buf(i))}
+    streams = {(i, j): torch.cuda.Stream(i), (j, i): torch.cuda.Stream(j)}
+
+    def both():
+        for key, (src, dst) in bufs.items():
+            with torch.cuda.stream(streams[key]):
+                dst.copy_(src, non_blocking=True)
+
+    for _ in range(warmup):
+        both()
+    torch.cuda.synchronize(i)
+    torch.cuda.synchronize(j)
+    marks = {key: (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for key in bufs}
+    for key in bufs:
+        marks[key][0].record(streams[key])
+    for _ in range(iters):
+        both()
+    for key in bufs:
+        marks[key][1].record(streams[key])
+    out = {}
+    for key in bufs:
+        marks[key][1].synchronize()
+        out[key] = nbytes * iters / (marks[key][0].elapsed_time(marks[key][1]) / 1000.0) / 1e9
+    return out
+
+
 def plain_figures(torch, hbm_bytes: int, n: int, pair_bytes: int) -> dict:
-    out: dict = {"hbm": {}, "matmul": {}, "copy": {}}
+    out: dict = {"hbm": {}, "matmul": {}, "copy": {}, "bidir": {}}
     count = torch.cuda.device_count()
     for index in range(count):
         with torch.cuda.device(index):
@@ -61,12 +102,17 @@ def plain_figures(torch, hbm_bytes: int, n: int, pair_bytes: int) -> dict:
                     dst = torch.empty(pair_bytes, dtype=torch.uint8, device=j)
                     out["copy"][(i, j)] = pair_bytes / plain_loop(torch, i, lambda d=dst, s=src: d.copy_(s)) / 1e9
                     src = dst = None
+                if i < j:
+                    out["bidir"].update(plain_bidir(torch, i, j, pair_bytes))
+                torch.cuda.empty_cache()
     return out
 
 
 def engine_figures(args) -> dict:
+    # The quick set's options (verify.bench.QUICK, verify.bench.gpu.GpuOptions): the figures verify judges.
     argv = [sys.executable, "-m", "verify.bench.gpu_engine", "--mode", "quick", "--hbm-bytes", str(args.hbm_bytes),
-            "--matmul-n", str(args.n), "--pair-bytes", str(args.pair_bytes)]
+            "--matmul-n", str(args.n), "--matmul-iters", "20", "--seconds", "1", "--pair-bytes", str(args.pair_bytes),
+            "--pair-seconds", "0.25"]
     done = subprocess.run(argv, capture_output=True, text=True, env=dict(os.environ, CUDA_DEVICE_ORDER="PCI_BUS_ID"),
                           check=False)
     from verify.bench.common import read_result
@@ -111,25 +157,29 @@ def main() -> int:
             record["ratios"][f"{kind}.gpu{i}"] = ratio
             lines.append((f"{kind} gpu{i}", row[kind][key], plain[kind][i], ratio))
     for row in engine.get("pairs", []):
-        if row["mode"] == "oneway":
-            ref = plain["copy"][(row["src"], row["dst"])]
-            ratio = row["gbps"] / ref
-            record["ratios"][f"copy.gpu{row['src']}_to_gpu{row['dst']}"] = ratio
-            lines.append((f"copy gpu{row['src']}->gpu{row['dst']}", row["gbps"], ref, ratio))
+        kind, name = ("copy", "copy") if row["mode"] == "oneway" else ("bidir", "copy_bidir")
+        ref = plain[kind][(row["src"], row["dst"])]
+        ratio = row["gbps"] / ref
+        record["ratios"][f"{name}.gpu{row['src']}_to_gpu{row['dst']}"] = ratio
+        lines.append((f"{kind} gpu{row['src']}->gpu{row['dst']}", row["gbps"], ref, ratio))
     print(f"{'figure':24} {'engine':>10} {'plain':>10} {'ratio':>7}")
     for name, ours, ref, ratio in lines:
         verdict = "PASS" if ratio >= GOAL else "FAIL"
         print(f"{name:24} {ours:10.1f} {ref:10.1f} {ratio:7.3f}  CHECK {verdict} engine/plain >= {GOAL}")
     if args.sendrecv and torch.cuda.device_count() >= 2:
-        ref = sendrecv(args.sendrecv, args.pair_bytes, torch.cuda.device_count())
+        # -g 2: GPUs 0 and 1 send to each other (with more ranks the ring sends over other links).
+        ref = sendrecv(args.sendrecv, args.pair_bytes, 2)
         record["sendrecv"] = {k: v for k, v in ref.items() if k != "stdout"}
-        bidir = [r["gbps"] for r in engine.get("pairs", []) if r["mode"] == "bidir"]
+        record["sendrecv"]["stdout_tail"] = ref.get("stdout", "")[-4000:]
+        bidir = [r["gbps"] for r in engine.get("pairs", []) if r["mode"] == "bidir" and {r["src"], r["dst"]} == {0, 1}]
         if ref.get("algbw_gbps") and bidir:
             ours = min(bidir)
             ratio = ours / ref["algbw_gbps"]
-            record["ratios"]["copy_bidir_vs_sendrecv"] = ratio
-            print(f"{'bidir vs sendrecv_perf':24} {ours:10.1f} {ref['algbw_gbps']:10.1f} {ratio:7.3f}  "
-                  f"CHECK {'PASS' if ratio >= GOAL else 'FAIL'} engine/sendrecv algbw >= {GOAL}")
+            # Same unit (per direction, both at once), different mechanism: reported, not judged (docstring).
+            record["sendrecv_ratio_not_judged"] = ratio
+            print(f"{'bidir 0<->1 vs sendrecv':24} {ours:10.1f} {ref['algbw_gbps']:10.1f} {ratio:7.3f}  "
+                  "INFO not judged: same unit (algbw = bytes each GPU sends per s, both ways at once) but NCCL "
+                  "kernels vs copy engines")
         else:
             print(f"sendrecv_perf: no figure ({ref.get('error', 'no bidir rows')})")
     if args.json:

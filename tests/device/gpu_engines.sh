@@ -10,6 +10,10 @@
 # (d) benchmarks/gpu_engines_side_by_side.py: engine / plain torch loop per figure (goal >= 0.97), and
 #     the both-ways copy against nccl-tests sendrecv_perf where .carry/nccl-tests is carried in
 # Every verdict is a `CHECK PASS|FAIL` line in summary.txt (inside the tarball and on stdout).
+# Back in $OUT: gpu_engines.tar.gz (summary, logs, each run's report.json, engine stdout/stderr; no
+# build tree, no HTML; its size is printed, it must stay under the device tool's 16 MiB per file) and,
+# as separate small files, $OUT/fixtures/gpu_{engine,burn}_<model>x<GPUs>*.stdout: the engine's raw
+# payloads, named for tests/fixtures/bench/ (see the README there).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 export PYTHONPATH=$PWD
@@ -26,7 +30,18 @@ note() { echo "$*" | tee -a "$summary"; }
 finish() {
   [ -n "$compete" ] && kill "$compete" 2>/dev/null && wait "$compete" 2>/dev/null
   note "== CHECK totals: $(grep -c '^CHECK PASS' "$summary") PASS, $(grep -c '^CHECK FAIL' "$summary") FAIL"
-  tar -C "$work" -czf "$out/gpu_engines.tar.gz" . && note "tarball: $out/gpu_engines.tar.gz"
+  # Only what the note and the fixtures need: never the nccl-tests build tree (tens of MiB of binaries).
+  (cd "$work" && find . -maxdepth 2 -type f \( -name summary.txt -o -name '*.log' -o -name '*.stdout' \
+      -o -name '*.stderr' -o -name report.json -o -name side_by_side.json -o -name '*.json' -path './burn*' \) \
+      -not -path './nccl-tests-build/*' | sort >"$work/.packed")
+  if tar -C "$work" -czf "$out/gpu_engines.tar.gz" -T "$work/.packed"; then
+    local size; size=$(stat -c %s "$out/gpu_engines.tar.gz")
+    note "tarball: $out/gpu_engines.tar.gz, $(wc -l <"$work/.packed") files, $size bytes$( [ "$size" -gt 15728640 ] && echo ' (OVER 15 MiB: will not come back)')"
+  fi
+  if [ -d "$work/fixtures" ]; then
+    mkdir -p "$out/fixtures" && cp "$work"/fixtures/* "$out/fixtures/"
+    note "fixtures: $(cd "$work/fixtures" && for f in *; do printf '%s (%s bytes) ' "$f" "$(stat -c %s "$f")"; done)"
+  fi
   rm -rf "$work"
 }
 trap finish EXIT
@@ -80,6 +95,11 @@ $py -c 'import torch, sys; print("python", sys.version.split()[0], "torch", torc
 $py -c 'import pynvml' 2>/dev/null || note "WARNING: pynvml missing: no NVML samples (rows say so)"
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
 note "GPUs: $ngpu"
+# Fixture names: gpu_engine_h200x2.stdout, gpu_engine_h100x1.stdout, ... (model from the GPU's name)
+model=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | tr 'A-Z' 'a-z' \
+  | grep -oE '\b[a-z][0-9]{2,4}\b' | head -1)
+tag=${model:-gpu}x$ngpu
+mkdir -p "$work/fixtures"
 
 # (a) the main command, no argument
 run_verify a_default
@@ -89,12 +109,15 @@ check a_default 'bench.get("wall_s", 1e9) <= 60' "whole quick set <= 60 s (wall_
 check a_default 'rows["bench.gpu"]["observed"] <= 25' "GPU engines <= 25 s (bench.gpu observed = its wall time)"
 check a_default 'all(r["status"] != "ERROR" for r in gpu.values())' "no GPU engine ERROR (nothing above its physical peak)"
 check a_default 'all(f"bench.gpu_{k}.gpu{i}" in rows for k in ("hbm", "matmul") for i in range('"$ngpu"'))' "HBM and matmul row per GPU"
+check a_default 'all(r["details"]["raw"]["iters"] == 20 for k, r in gpu.items() if k.startswith("bench.gpu_matmul."))' "matmul: one batch of 20 after the warm-ups (issue 19's plain loop, before the power cap)"
 check a_default 'all(r["status"] in ("PASS", "WARN") for k, r in gpu.items() if k.startswith(("bench.gpu_hbm", "bench.gpu_matmul")))' "per-GPU rows PASS"
 check a_default 'all(r["details"]["nvml"] and all(w and w.get("samples") for w in r["details"]["nvml"].values()) for k, r in gpu.items() if "details" in r and "nvml" in r["details"])' "NVML samples next to every figure"
 if [ "$ngpu" -ge 2 ]; then
   check a_default 'sum(1 for k in rows if k.startswith("bench.gpu_copy.gpu")) == '"$((ngpu * (ngpu - 1)))" "one-way copy row per ordered pair"
   check a_default 'sum(1 for k in rows if k.startswith("bench.gpu_copy_bidir.gpu")) == '"$((ngpu * (ngpu - 1)))" "both-ways copy row per ordered pair"
   check a_default 'all(r["status"] in ("PASS", "WARN") for k, r in gpu.items() if k.startswith("bench.gpu_copy"))' "pair rows PASS"
+  # Both directions ran in one window: each GPU's readings must be the same in the i->j and j->i rows.
+  check a_default 'all(r["details"]["nvml"] == rows[k.rsplit(".", 1)[0] + ".gpu" + k.rsplit("_to_gpu", 1)[1] + "_to_gpu" + k.rsplit(".gpu", 1)[1].split("_")[0]]["details"]["nvml"] for k, r in gpu.items() if k.startswith("bench.gpu_copy_bidir.gpu"))' "both-ways rows: each GPU's NVML readings under its own index"
 else
   check a_default 'rows["bench.gpu_copy"]["status"] == "SKIP" and "one GPU" in rows["bench.gpu_copy"]["reason"]' "1 GPU: pair rows SKIP with the reason"
 fi
@@ -105,6 +128,8 @@ for mode in parallel serial; do
     "${extra[@]}" >"$work/engine_quick_$mode.stdout" 2>"$work/engine_quick_$mode.stderr"
   note "== engine --mode quick ($mode): exit $?"; tee -a "$summary" <"$work/engine_quick_$mode.stderr" | tail -n 8
 done
+cp "$work/engine_quick_parallel.stdout" "$work/fixtures/gpu_engine_$tag.stdout"
+cp "$work/engine_quick_serial.stdout" "$work/fixtures/gpu_engine_${tag}_serial.stdout"
 $py - "$work/engine_quick_parallel.stdout" "$work/engine_quick_serial.stdout" <<'PY' | tee -a "$summary"
 import sys
 from verify.bench.common import read_result
@@ -154,6 +179,7 @@ check c_burn 'all(r["status"] == "PASS" for k, r in rows.items() if k.startswith
 CUDA_DEVICE_ORDER=PCI_BUS_ID timeout 120 $py -m verify.bench.gpu_engine --mode burn --burn-seconds 10 --burn-check-s 3 \
   >"$work/engine_burn.stdout" 2>"$work/engine_burn.stderr"
 note "== engine --mode burn 10 s: exit $?"
+cp "$work/engine_burn.stdout" "$work/fixtures/gpu_burn_$tag.stdout"
 
 # (d) side by side
 sendrecv=()

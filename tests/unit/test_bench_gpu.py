@@ -24,9 +24,14 @@ from verify.result import Status
 HEALTH = Path(__file__).resolve().parent.parent / "fixtures" / "node" / "health"
 H100_CMD = HEALTH / "h100x1" / "cmd"
 NVLINK_STATUS = FIXTURES.parent / "node" / "gpu_machine" / "nvidia-smi-nvlink-status.txt"
+# The 2x H200 run's figures and NVML readings transcribed from its log (tests/fixtures/bench/README.md);
+# the device script's raw payloads (fixtures/gpu_engine_h200x2.stdout, gpu_burn_h200x2.stdout) replace them.
+ENGINE_H200X2 = "gpu_engine_h200x2_transcribed.stdout"
+BURN_H200X2 = "gpu_burn_h200x2_transcribed.stdout"
+ENGINE_H100X1 = "gpu_engine_h100x1_shaped.stdout"
 
 
-def payload(name: str = "gpu_engine_h200x2_shaped.stdout") -> dict:
+def payload(name: str = ENGINE_H200X2) -> dict:
     return read_result(fixture(name))
 
 
@@ -105,9 +110,15 @@ def test_h200_pair_runs_all_pass_with_clocks_next_to_each_figure():
                                  "bench.gpu_copy.gpu0_to_gpu1", "bench.gpu_copy.gpu1_to_gpu0",
                                  "bench.gpu_copy_bidir.gpu0_to_gpu1", "bench.gpu_copy_bidir.gpu1_to_gpu0"}
     assert all(r.status is Status.PASS for r in results), [(r.check_id, r.reason) for r in results]
+    data = payload()
+    for row in data["per_gpu"]:
+        for kind, key in (("hbm", "gbps"), ("matmul", "tflops")):
+            verdict = rows[f"bench.gpu_{kind}.gpu{row['index']}"]
+            assert f"{row[kind][key]:.1f} {gpu_judge.UNITS[kind]}" in verdict.reason
+            assert gpu_clocks.describe(row[kind]["nvml"]) in verdict.reason  # clocks next to the figure
     matmul = rows["bench.gpu_matmul.gpu0"]
-    assert "808.0 TFLOPS" in matmul.reason and "SM 1980 MHz" in matmul.reason and "reasons: none" in matmul.reason
     assert "issue 19 measurement" in matmul.details["floor_source"]
+    assert matmul.details["raw"]["iters"] == 20  # one short batch, as the plain loop the floor cites
     assert matmul.details["physical_peak"]["gbps"] == pytest.approx(1070.5, abs=0.5)
     # No profile floor for the both-ways copy: derived from NV18 and named so.
     bidir = rows["bench.gpu_copy_bidir.gpu0_to_gpu1"]
@@ -133,7 +144,9 @@ def test_a_gpu_below_its_peers_median_fails_above_the_derived_floor_and_the_othe
     rows = rows_of(gpu.run(None, None, engine_node(data), {}))
     slow = rows["bench.gpu_hbm.gpu1"]
     assert slow.status is Status.FAIL
-    assert "GPU 1 HBM copy (read+write) 3600.0 GB/s, node median 4259 (15% below, limit 10%)" in slow.reason
+    median = data["per_gpu"][0]["hbm"]["gbps"]
+    assert f"GPU 1 HBM copy (read+write) 3600.0 GB/s, node median {median:.0f} ({1 - 3600 / median:.0%} below, " \
+           "limit 10%)" in slow.reason
     assert "passes the floor 3442" in slow.reason  # the floor alone would have let it through (WARN band)
     assert rows["bench.gpu_hbm.gpu0"].status is Status.PASS
     # Configurable: 20% lets it through.
@@ -146,7 +159,8 @@ def test_one_slow_pair_is_named_with_the_node_median():
     data["pairs"][3]["gbps"] = 201.0  # GPU 1 -> GPU 0 one way
     rows = rows_of(gpu.run(None, None, engine_node(data), {}))
     slow = rows["bench.gpu_copy.gpu1_to_gpu0"]
-    assert slow.status is Status.FAIL and "GPU 1 to GPU 0 copy 201.0 GB/s, node median 394" in slow.reason
+    median = data["pairs"][0]["gbps"]  # the other one-way copy
+    assert slow.status is Status.FAIL and f"GPU 1 to GPU 0 copy 201.0 GB/s, node median {median:.0f}" in slow.reason
     assert rows["bench.gpu_copy.gpu0_to_gpu1"].status is Status.PASS
 
 
@@ -183,7 +197,7 @@ def test_a_figure_above_its_physical_peak_or_not_a_number_is_an_error(where, val
 
 
 def test_one_gpu_skips_the_pair_rows_with_the_reason_and_judges_its_own_figures():
-    results = gpu.run(None, None, engine_node(payload("gpu_engine_h100x1_shaped.stdout"), gpus=1), {})
+    results = gpu.run(None, None, engine_node(payload(ENGINE_H100X1), gpus=1), {})
     rows = rows_of(results)
     for check in ("bench.gpu_copy", "bench.gpu_copy_bidir"):
         assert rows[check].status is Status.SKIP and "one GPU on this node" in rows[check].reason
@@ -206,6 +220,7 @@ def test_engine_argv_is_isolated_and_carries_the_options():
     argv = next(c["argv"] for c in node.runner.calls if "verify.bench.gpu_engine" in c["argv"])
     assert argv[1] == "-I" and argv[argv.index("--pairs") + 1] == "off" and "--serial" in argv
     assert argv[argv.index("--seconds") + 1] == "1.0"
+    assert argv[argv.index("--matmul-iters") + 1] == "20"  # the matmul is a short batch, not the window
 
 
 # ---- the burn ---------------------------------------------------------------------------------------
@@ -230,7 +245,7 @@ def health_answer(xid_line: str = "", ecc_after: str = "0"):
 
 
 def burn_payload(gpus: int = 1) -> dict:
-    data = payload("gpu_burn_h200x2_shaped.stdout")
+    data = payload(BURN_H200X2)
     data["gpus"] = data["gpus"][:gpus]
     data["burn"]["gpus"] = data["burn"]["gpus"][:gpus]
     return data
@@ -240,12 +255,27 @@ def test_a_clean_burn_passes_with_health_read_before_and_after():
     node = engine_node(burn_payload(), gpus=1, answer=health_answer())
     rows = rows_of(gpu_burn.run(None, None, node, {"duration_s": 30}))
     assert all(r.status is Status.PASS for r in rows.values()), [(k, r.reason) for k, r in rows.items()]
-    assert "805 TFLOPS sustained" in rows["bench.gpu_burn.gpu0"].reason
+    burned = burn_payload()["burn"]["gpus"][0]
+    assert f"{burned['tflops']:.0f} TFLOPS sustained" in rows["bench.gpu_burn.gpu0"].reason
     argvs = [c["argv"] for c in node.runner.calls]
     smi = [i for i, a in enumerate(argvs) if a[0] == "nvidia-smi"]
     engine = next(i for i, a in enumerate(argvs) if "verify.bench.gpu_engine" in a)
     assert smi[0] < engine < smi[1]  # fresh readings on both sides of the burn
     assert argvs[engine][argvs[engine].index("--burn-seconds") + 1] == "30"
+
+
+def test_a_burn_held_at_the_power_cap_passes_on_its_median_clock():
+    """The 2x H200's 30 s burn: both GPUs at the 700 W cap (sw_power_cap), lowest SM samples 1290 and
+    1215 MHz (under 0.7 x 1980 = 1386), judged PASS on the median clock: the documented policy."""
+    data = burn_payload(2)
+    for row, low in zip(data["burn"]["gpus"], (1290, 1215)):
+        row["nvml"]["reasons"] = ["sw_power_cap"]
+        row["nvml"]["sm_mhz"] = {"min": low, "median": 1700, "max": 1980}
+    rows = rows_of(gpu_burn.run(None, None, engine_node(data, 2, health_answer()), {}))
+    for index, low in ((0, 1290), (1, 1215)):
+        verdict = rows[f"bench.gpu_burn.gpu{index}"]
+        assert verdict.status is Status.PASS and f"SM {low}-1980 MHz" in verdict.reason
+        assert "reasons: sw_power_cap" in verdict.reason
 
 
 def test_a_new_xid_or_ecc_error_during_the_burn_fails_naming_the_gpu():

@@ -1,11 +1,18 @@
 """`--bench burn` (opt-in, never in the quick or full set): sustained BF16 matmul on every GPU at once.
 
-FAILs on: a clock event reason other than idle / application clocks / sync boost during the run
-(SW power cap is reported, and judged through the SM clock: a GPU at its power limit is working as
-configured, one held far below its max clock is not); a median SM clock under load below
-`clock_fraction` of the GPU's max; a new Xid or a new uncorrectable ECC error between the health
-readings taken before and after (the health checks' own readers, through the Node); and results that
-differ between GPUs of one model given identical inputs, or on one GPU over time (silent data corruption).
+FAILs on: a clock event reason other than idle / application clocks / sync boost / SW power cap
+during the run; a median SM clock under load below `clock_fraction` (0.7) of the GPU's max; a new
+Xid or a new uncorrectable ECC error between the health readings taken before and after (the health
+checks' own readers, through the Node); and results that differ between GPUs of one model given
+identical inputs, or on one GPU over time (silent data corruption).
+
+SW power cap policy: a sustained BF16 matmul holds every healthy 700 W GPU at its power limit, so
+`sw_power_cap` is expected and never a FAIL by itself; it is shown next to the figure and judged
+through the SM clock instead. On the 2x H200 machine (issue 19, 30 s burn) both GPUs sat at the cap
+(702/704 W max, reasons: sw_power_cap) with SM clocks of 1290-1965 and 1215-1980 MHz (the lowest
+sample 0.61 of the 1980 MHz max, the median above 0.7) at 656/652 TFLOPS: PASS. A GPU whose median SM
+clock falls below 0.7 x max (a cap set too low, a board drawing too much power for its clock) FAILs.
+HW slowdown, HW/SW thermal and HW power brake are FAIL whenever they show.
 """
 
 from __future__ import annotations
@@ -23,7 +30,8 @@ from verify.result import CheckResult, Status
 CHECK_ID = "bench.gpu_burn"
 # Allowed under a burn: not throttling (BENIGN) and the power cap (judged by the clock fraction).
 ALLOWED = (*gpu_clocks.BENIGN, "sw_power_cap")
-DEFAULT_CLOCK_FRACTION = 0.70  # H200 under BF16 matmul held 1980 of 1980 MHz (tests/fixtures/node/health)
+# Of the max SM clock, median under load: 2x H200 at the 700 W cap ran 1215-1980 MHz (module docstring).
+DEFAULT_CLOCK_FRACTION = 0.70
 REMEDIATION = "drain the GPU; check cooling, power feed and BMC power-brake events; RMA a GPU that repeats"
 
 
