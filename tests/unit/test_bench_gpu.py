@@ -28,7 +28,8 @@ NVLINK_STATUS = FIXTURES.parent / "node" / "gpu_machine" / "nvidia-smi-nvlink-st
 # the device script's raw payloads (fixtures/gpu_engine_h200x2.stdout, gpu_burn_h200x2.stdout) replace them.
 ENGINE_H200X2 = "gpu_engine_h200x2_transcribed.stdout"
 BURN_H200X2 = "gpu_burn_h200x2_transcribed.stdout"
-ENGINE_H100X1 = "gpu_engine_h100x1_shaped.stdout"
+ENGINE_H100X1 = "gpu_engine_h100x1.stdout"  # raw capture, 1x H100
+BURN_H100X1 = "gpu_burn_h100x1.stdout"  # raw capture, 1x H100, 10 s at the power cap
 
 
 def payload(name: str = ENGINE_H200X2) -> dict:
@@ -278,6 +279,17 @@ def test_a_burn_held_at_the_power_cap_passes_on_its_median_clock():
         assert "reasons: sw_power_cap" in verdict.reason
 
 
+def test_the_real_h100_burn_at_its_power_cap_passes_and_a_stricter_fraction_would_fail():
+    """A healthy H100 holds 700 W at ~0.7 of its max SM clock: the default fraction must pass it."""
+    data = payload(BURN_H100X1)
+    assert data["burn"]["gpus"][0]["nvml"]["reasons"] == ["sw_power_cap"]
+    rows = rows_of(gpu_burn.run(None, None, engine_node(data, 1, health_answer()), {}))
+    assert rows["bench.gpu_burn.gpu0"].status is Status.PASS, rows["bench.gpu_burn.gpu0"].reason
+    strict = rows_of(gpu_burn.run(None, None, engine_node(data, 1, health_answer()), {"clock_fraction": 0.75}))
+    assert strict["bench.gpu_burn.gpu0"].status is Status.FAIL
+    assert "SM clock 1425 MHz under load" in strict["bench.gpu_burn.gpu0"].reason
+
+
 def test_a_new_xid_or_ecc_error_during_the_burn_fails_naming_the_gpu():
     xid = "[ 9999.1] NVRM: Xid (PCI:0000:00:06): 79, pid=1, GPU has fallen off the bus.\n"
     rows = rows_of(gpu_burn.run(None, None, engine_node(burn_payload(), 1, health_answer(xid_line=xid)), {}))
@@ -296,10 +308,10 @@ def test_burn_throttle_and_low_clocks_fail_power_cap_alone_does_not():
     assert rows["bench.gpu_burn.gpu0"].status is Status.PASS
     data = burn_payload(2)
     data["burn"]["gpus"][0]["nvml"]["reasons"] = ["sw_power_cap"]
-    data["burn"]["gpus"][0]["nvml"]["sm_mhz"] = {"min": 1100, "median": 1200, "max": 1500}
+    data["burn"]["gpus"][0]["nvml"]["sm_mhz"] = {"min": 1000, "median": 1100, "max": 1500}
     data["burn"]["gpus"][1]["nvml"]["reasons"] = ["sw_power_cap"]
     rows = rows_of(gpu_burn.run(None, None, engine_node(data, 2, health_answer()), {}))
-    assert "GPU 0: SM clock 1200 MHz under load, below 0.7 x max 1980 MHz" in rows["bench.gpu_burn.gpu0"].reason
+    assert "GPU 0: SM clock 1100 MHz under load, below 0.6 x max 1980 MHz" in rows["bench.gpu_burn.gpu0"].reason
     assert rows["bench.gpu_burn.gpu1"].status is Status.PASS
 
 
