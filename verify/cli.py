@@ -11,12 +11,14 @@ import sys
 from typing import Optional, Sequence
 
 from verify import __version__
+from verify.result import EXIT_CODES_HELP
 
 FORMATS = ("json", "md", "html", "junit", "prom")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tunefleet", description="Verify that GPU nodes are tuned and fast.")
+    parser = argparse.ArgumentParser(prog="tunefleet", description="Verify that GPU nodes are tuned and fast.",
+                                     epilog=EXIT_CODES_HELP)
     parser.add_argument("--version", action="version", version=f"tunefleet {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -31,14 +33,14 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--root", default="/", help="root of the tree to read /proc, /sys and /etc from")
     v.add_argument("--format", default="json,md,html,junit,prom", help=f"comma list of {', '.join(FORMATS)}")
     v.add_argument("--out", default="reports", help="directory for the reports")
+    v.add_argument("--world-readable", action="store_true",
+                   help="reports readable by every user (default: owner only, they hold system detail)")
     v.add_argument("--bench", default=None,
                    help="quick (the set this node's hardware can run, short sweeps), full (the same set, the "
                         "profile's long sweeps) or a comma list of nccl, hostcopy, storage, rdma "
                         "(default: the desired state's verify_benchmarks, [quick])")
     v.add_argument("--no-bench", action="store_true", help="config checks only")
     v.add_argument("--limit", help="with -i: Ansible host pattern")
-    v.add_argument("--world-readable", action="store_true",
-                   help="reports readable by every user (default: owner only, they hold system detail)")
     v.add_argument("--quiet", action="store_true", help="no terminal table")
     v.add_argument("--probe-login", action="store_true",
                    help="also open a login session (su -l nobody) and record the ulimits it gets")
@@ -47,12 +49,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("directory", help="directory holding node reports (reports/<run-id>)")
     r.add_argument("--format", default="json,md,html,junit", help="comma list of formats")
     r.add_argument("--out", default=None, help="where to write (default: the directory itself)")
+    r.add_argument("--world-readable", action="store_true",
+                   help="fleet reports readable by every user (default: owner only)")
 
     b = sub.add_parser("bench", help="run one benchmark on this node")
     b.add_argument("name", help="benchmark name (see `tunefleet bench list`)")
     b.add_argument("args", nargs=argparse.REMAINDER, help="options for that benchmark")
-    r.add_argument("--world-readable", action="store_true",
-                   help="fleet reports readable by every user (default: owner only)")
 
     from verify.history.cli import add_history_parser, add_verify_arguments  # standard library only
 

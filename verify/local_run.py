@@ -14,9 +14,7 @@ from typing import Optional
 
 from verify.desired import SpecError, load_spec_file, load_vars_file, render_spec
 from verify.node import Node, gather_facts
-from verify.result import CheckResult, Status, exit_code
-
-EXIT_BAD_INPUT = 2
+from verify.result import EXIT_BAD_INPUT, CheckResult, Status, exit_code
 
 
 class UsageError(ValueError):

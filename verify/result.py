@@ -48,14 +48,25 @@ class CheckResult:
         )
 
 
+# Exit codes of every tunefleet command, one home (README "Exit codes", `tunefleet --help`).
+EXIT_OK = 0  # nothing failed
+EXIT_FAILED = 1  # a check or benchmark FAILed: the node is wrong
+EXIT_BAD_INPUT = 2  # bad command line, file or inventory: nothing was checked (argparse uses 2 too)
+EXIT_COULD_NOT_CHECK = 3  # nothing failed, but something could not be checked (ERROR, unreachable host)
+EXIT_CODES_HELP = (
+    "exit codes: 0 nothing failed; 1 a check failed; 2 bad input (nothing was checked); "
+    "3 nothing failed but something could not be checked; 128+N stopped by signal N (130 Ctrl-C, 143 SIGTERM)"
+)
+
+
 def exit_code(results: Iterable[CheckResult]) -> int:
-    """0 all good, 1 something failed, 2 something could not be checked at all."""
+    """EXIT_FAILED when anything FAILed, else EXIT_COULD_NOT_CHECK when anything was ERROR, else EXIT_OK."""
     statuses = {r.status for r in results}
     if Status.FAIL in statuses:
-        return 1
+        return EXIT_FAILED
     if Status.ERROR in statuses:
-        return 2
-    return 0
+        return EXIT_COULD_NOT_CHECK
+    return EXIT_OK
 
 
 def sort_for_people(results: Iterable[CheckResult]) -> list:

@@ -94,3 +94,21 @@ def test_a_known_profile_with_an_inventory_reaches_the_playbook(tmp_path: Path) 
     args = argparse.Namespace(inventory="hosts.yml", limit=None, profile="h200-x2-nvlink")
     kwargs = runner_kwargs(args, tmp_path, tmp_path / "reports" / "run1", str(tmp_path), Progress(lambda _: None))
     assert kwargs["extravars"]["verify_profile"] == "h200-x2-nvlink"
+
+
+def test_exit_codes_keep_bad_input_apart_from_could_not_check(tmp_path):
+    """2 is bad input (nothing checked); 3 is an ERROR row with nothing failed; --help says so."""
+    import subprocess
+    import sys
+
+    from verify.result import CheckResult as Row
+    from verify.result import Status, exit_code
+
+    assert exit_code([Row("a", "x", Status.ERROR), Row("b", "x", Status.PASS)]) == 3
+    assert exit_code([Row("a", "x", Status.ERROR), Row("b", "x", Status.FAIL)]) == 1
+    assert exit_code([Row("a", "x", Status.SKIP), Row("b", "x", Status.WARN)]) == 0
+    shown = subprocess.run([sys.executable, "-m", "verify", "--help"], capture_output=True, text=True, check=True)
+    assert "2 bad input" in shown.stdout and "3 nothing failed but something could not be checked" in shown.stdout
+    bad = subprocess.run([sys.executable, "-m", "verify", "verify", "--local", "--profile", "no-such-profile",
+                          "--out", str(tmp_path)], capture_output=True, text=True)
+    assert bad.returncode == 2 and "no-such-profile" in bad.stderr

@@ -38,8 +38,8 @@ def render_role_files(overrides: dict) -> dict:
     values["systemd_memlock"] = filters.limits_systemd_value(defaults["limits_systemd_memlock"], "x")
     values["systemd_nofile"] = filters.limits_systemd_value(defaults["limits_systemd_nofile"], "x", NR_OPEN)
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(ROLE / "templates")), keep_trailing_newline=True)
-    context = {"__limits_values": values, "ansible_managed": "Ansible managed", "limits_group": defaults["limits_group"],
-               **private}
+    context = {"__limits_values": values, "ansible_managed": "Ansible managed",
+               "limits_group": defaults["limits_group"], **private}
     return {private["__limits_pam_file"]: env.get_template("limits.conf.j2").render(context),
             private["__limits_systemd_file"]: env.get_template("system.conf.j2").render(context)}
 

@@ -183,7 +183,7 @@ def test_wheel_spec_is_the_checkouts_spec(wheel_venv, tmp_path) -> None:
 def test_wheel_verifies_this_machine_from_outside_the_repository(wheel_venv, tmp_path) -> None:
     done = subprocess.run([wheel_venv / "bin" / "tunefleet", "verify", "--local", "--out", "reports"], cwd=tmp_path,
                           env=clean_env(tmp_path), capture_output=True, text=True, timeout=300)
-    assert done.returncode in (0, 1, 2), done.stderr  # findings, not a crash
+    assert done.returncode in (0, 1, 3), done.stderr  # findings, not a crash
     assert "Traceback" not in done.stderr
     report = json.loads((tmp_path / "reports" / "report.json").read_text())
     assert {result["role"] for result in report["results"]} >= {"sysctl", "memory", "limits"}

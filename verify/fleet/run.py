@@ -13,6 +13,8 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Optional
 
+from verify.result import EXIT_COULD_NOT_CHECK, EXIT_FAILED, EXIT_OK
+
 PLAYBOOK = "playbooks/verify.yml"
 # Events worth a line: a task finishing on a host, or a host dropping out.
 EVENT_WORDS = {"runner_on_ok": "ok", "runner_on_failed": "FAILED", "runner_on_unreachable": "UNREACHABLE",
@@ -163,7 +165,7 @@ def finish(rc: int, status: str, run_dir: Path, progress: Progress, write: Calla
         write(f"tunefleet verify: the playbook ended {status} (rc {rc}) before the fleet report was written")
         for host, problems in sorted(progress.failed.items()):
             write(f"  {host}: {problems[-1]}")
-        return 2
+        return EXIT_COULD_NOT_CHECK
     data = json.loads(report.read_text(encoding="utf-8"))
     write(f"reports: {run_dir}")
     for host in sorted(progress.unreachable):
@@ -173,8 +175,8 @@ def finish(rc: int, status: str, run_dir: Path, progress: Progress, write: Calla
             first = entry["problems"][0]
             write(f"  {entry['worst']:5} {entry['host']}: {first['check_id']}: {first['reason']}")
     if data["bad_hosts"]:
-        return 1
+        return EXIT_FAILED
     # A host that never reported, or a task Ansible could not finish, is "could not check".
     if progress.unreachable or rc not in (0, None) or data["load_errors"]:
-        return 2
-    return 0
+        return EXIT_COULD_NOT_CHECK
+    return EXIT_OK

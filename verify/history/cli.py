@@ -9,8 +9,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from verify.history import regress
-
-EXIT_BAD_INPUT = 2
+from verify.result import EXIT_BAD_INPUT
 
 
 def add_verify_arguments(parser: argparse.ArgumentParser) -> None:

@@ -56,7 +56,7 @@ def render(report: dict) -> str:
         "# HELP tunefleet_verify_duration_seconds How long the last verify run took.",
         "# TYPE tunefleet_verify_duration_seconds gauge",
         f"tunefleet_verify_duration_seconds {float(run.get('duration_s') or 0):.6f}",
-        "# HELP tunefleet_verify_exit_code Exit code of the last run: 0 ok, 1 a check failed, 2 a check errored.",
+        "# HELP tunefleet_verify_exit_code Exit code of the last run: 0 ok, 1 failed, 3 could not check (ERROR).",
         "# TYPE tunefleet_verify_exit_code gauge",
         f"tunefleet_verify_exit_code {int(report['summary']['exit_code'])}",
     ]
