@@ -1,5 +1,6 @@
 """Build step only (metadata lives in pyproject.toml): the wheel carries the files verify.desired
-renders the desired state from, under verify/_data/, laid out as in the repository.
+renders the desired state from, and the collection's kernel rules (verify.kernel_rules), under
+verify/_data/, laid out as in the repository.
 
 The repository keeps one copy of them where the roles use them (roles/*/defaults/main.yml,
 templates/); verify.desired.project_root() finds them there in a checkout or an installed
@@ -12,7 +13,8 @@ from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).resolve().parent
 # Globs relative to the repository root; MANIFEST.in lists the same ones for the sdist.
-DATA = ("roles/*/defaults/main.yml", "templates/*.j2")
+# plugins/module_utils/kernel_rules.py: the kernel rules verify.kernel_rules loads (one home, shared with the roles).
+DATA = ("roles/*/defaults/main.yml", "templates/*.j2", "plugins/module_utils/kernel_rules.py")
 
 
 class BuildPyWithData(build_py):

@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+from verify import kernel_rules
+from verify.kernel_rules import MAX_CPUS
 from verify.runner import CommandOutput, run_command
 
 _INTEGER = re.compile(r"-?[0-9]{1,19}")  # ASCII, 64-bit: a 5000-digit "integer" is not a kernel value
@@ -89,65 +91,14 @@ class Node:
         return self.runner(argv, timeout_s=timeout_s, env=env, cwd=cwd)
 
 
-# The kernel's NR_CPUS tops out at 8192; a list naming a CPU beyond this is not a CPU list.
-MAX_CPUS = 65536
-
-
 def parse_cpulist(text: str, limit: int = MAX_CPUS) -> set:
-    """Kernel cpulist syntax ("0-3,8,10-11", also "0-7:2" strides) to a set of CPU numbers.
-
-    Raises ReadError (and nothing else) on anything else, including a CPU number at or above
-    `limit`: a set is built per CPU, so an unbounded "0-99999999" would take gigabytes.
-    """
-    cpus: set = set()
-    text = text.strip()
-    if not text:
-        return cpus
-
-    def number(word: str) -> int:
-        word = word.strip()
-        if not word.isascii() or not word.isdigit() or len(word) > 6:
-            raise ReadError(f"cpulist {text[:60]!r}: {word[:20]!r} is not a CPU number")
-        value = int(word)
-        if value >= limit:
-            raise ReadError(f"cpulist {text[:60]!r}: CPU {value} is beyond {limit - 1}")
-        return value
-
-    for part in text.split(","):
-        part = part.strip()
-        stride = 1
-        if ":" in part:
-            part, stride_text = part.split(":", 1)
-            stride = number(stride_text)
-            if stride < 1:
-                raise ReadError(f"bad stride in cpulist {text[:60]!r}")
-        if "-" in part:
-            low_text, high_text = part.split("-", 1)
-            low, high = number(low_text), number(high_text)
-            if high < low:
-                raise ReadError(f"descending range in cpulist {text[:60]!r}")
-            cpus.update(range(low, high + 1, stride))
-        else:
-            cpus.add(number(part))
-    return cpus
-
-
-def format_cpulist(cpus: set) -> str:
-    """The inverse of parse_cpulist, for messages a person reads."""
-    ordered = sorted(cpus)
-    ranges = []
-    start = prev = None
-    for cpu in ordered:
-        if start is None:
-            start = prev = cpu
-        elif cpu == prev + 1:
-            prev = cpu
-        else:
-            ranges.append((start, prev))
-            start = prev = cpu
-    if start is not None:
-        ranges.append((start, prev))
-    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in ranges)
+    """Kernel cpulist syntax ("0-3,8,10-11", strides "0-7:1/2") to a set of CPU numbers; the rule
+    lives in verify.kernel_rules. Raises ReadError (and nothing else) on anything else, including
+    a CPU number at or above `limit`."""
+    try:
+        return kernel_rules.parse_cpulist(text, limit)
+    except kernel_rules.KernelRuleError as exc:
+        raise ReadError(str(exc)) from None
 
 
 # ---- node facts: what the report says about the machine it judged --------------------------------

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from verify.kernel_rules import parse_choices
 from verify.result import CheckResult, Status
 
 
@@ -54,8 +55,7 @@ def error(check_id: str, role: str, reason: str, expected: Any = None) -> CheckR
 
 def bracketed_choice(text: str) -> str:
     """The active entry of a sysfs choice list: 'none [mq-deadline] kyber' -> 'mq-deadline'."""
-    start = text.find("[")
-    end = text.find("]", start + 1)
-    if start < 0 or end < 0 or end == start + 1:
+    active, _ = parse_choices(text)
+    if active is None:
         raise ValueError(f"no [active] entry in {text.strip()[:60]!r}")
-    return text[start + 1:end]
+    return active

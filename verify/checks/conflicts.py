@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional
 
 from verify.checks.common import result, skip
+from verify.kernel_rules import normalise_value
 from verify.node import Node
 from verify.result import CheckResult, Status
 
@@ -58,7 +59,7 @@ def parse_sysctl_conf(text: str, path: str) -> List[Assignment]:
         if not stripped or stripped[0] in "#;" or "=" not in stripped:
             continue
         key, value = stripped.split("=", 1)
-        assignments.append(Assignment(normalize_key(key), " ".join(value.split()), f"{path}:{number}"))
+        assignments.append(Assignment(normalize_key(key), normalise_value(value), f"{path}:{number}"))
     return assignments
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 import re
 
 from verify.checks.common import result, role_disabled, section, skip
-from verify.node import Node, format_cpulist
+from verify.kernel_rules import format_cpulist
+from verify.node import Node
 from verify.result import Status
 
 ROLE = "cpu"

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from verify.checks.common import result, role_disabled, section, skip
 from verify.checks.interfaces import nothing_selected_reason, select_interfaces
-from verify.node import Node, format_cpulist, parse_cpulist
+from verify.kernel_rules import format_cpulist
+from verify.node import Node, parse_cpulist
 from verify.result import Status
 
 ROLE = "network"

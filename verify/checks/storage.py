@@ -4,6 +4,7 @@ from __future__ import annotations
 import fnmatch
 
 from verify.checks.common import bracketed_choice, result, role_disabled, section, skip
+from verify.kernel_rules import parse_choices
 from verify.node import Node
 from verify.result import Status
 
@@ -17,7 +18,7 @@ def matched_devices(node: Node, patterns: list) -> list:
 def judge_scheduler(device: str, expected: str, scheduler_text: str):
     check_id = f"storage.scheduler.{device}"
     active = bracketed_choice(scheduler_text)
-    available = scheduler_text.replace("[", "").replace("]", "").split()
+    _, available = parse_choices(scheduler_text)
     if active == expected:
         return result(check_id, ROLE, Status.PASS, expected, active)
     reason = f"{device} uses {active}, the desired state says {expected}"

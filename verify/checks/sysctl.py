@@ -2,21 +2,17 @@
 from __future__ import annotations
 
 from verify.checks.common import error, result, role_disabled, section, skip
+from verify.kernel_rules import normalise_value, sysctl_key_problem, sysctl_path
 from verify.node import Node
 from verify.result import CheckResult, Status
 
 ROLE = "sysctl"
 
 
-def key_path(key: str) -> str:
-    # sysctl(8) accepts both separators; a key written with slashes keeps its dots (e.g. VLAN names).
-    relative = key if "/" in key else key.replace(".", "/")
-    return "/proc/sys/" + relative.strip("/")
-
-
-def normalize(value: object) -> str:
-    """Multi-value keys (tcp_rmem) read back tab-separated; compare words, not whitespace."""
-    return " ".join(str(value).split())
+# sysctl(8) accepts both separators; a key written with slashes keeps its dots (e.g. VLAN names).
+key_path = sysctl_path
+# Multi-value keys (tcp_rmem) read back tab-separated; compare words, not whitespace.
+normalize = normalise_value
 
 
 def judge(key: str, expected: object, observed: object) -> CheckResult:
@@ -45,6 +41,11 @@ def run(spec: dict, node: Node) -> list:
     for key in sorted(settings):
         if key in skip_keys:
             results.append(skip(f"sysctl.{key}", ROLE, f"{key} is in sysctl_skip_keys", normalize(settings[key])))
+            continue
+        problem = sysctl_key_problem(key)
+        if problem:
+            results.append(error(f"sysctl.{key}", ROLE, f"sysctl_settings[{key!r}]: {key!r} {problem}",
+                                 normalize(settings[key])))
             continue
         results.append(judge(key, settings[key], node.read_value(key_path(key))))
     if not results:

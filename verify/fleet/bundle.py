@@ -3,7 +3,8 @@
 A node gets verify by unpacking this next to its desired state and running `python3 -m verify`
 with PYTHONPATH pointing there, so it needs neither pip nor network access. Bytecode caches and
 editor droppings stay behind; templates/ travels too (the node's HTML report renders from it
-when jinja2 happens to be installed there).
+when jinja2 happens to be installed there), and the collection's kernel_rules.py, which
+verify.kernel_rules loads from next to the package.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from typing import Optional, Sequence
 
 from verify.safe_io import PRIVATE_FILE, write_file_atomic
 
-SHIPPED = ("verify", "templates")
+SHIPPED = ("verify", "templates", "plugins/module_utils/kernel_rules.py")
 SKIPPED_SUFFIXES = (".pyc", ".pyo", ".swp", "~")
 
 
@@ -48,7 +49,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from verify.desired import project_root
 
     home = project_root()
-    missing = [name for name in SHIPPED if not (home / name).is_dir()]
+    missing = [name for name in SHIPPED if not (home / name).exists()]
     if missing:
         print(f"bundle: {home} has no {', '.join(missing)} (set TUNEFLEET_HOME to the tunefleet checkout)",
               file=sys.stderr)

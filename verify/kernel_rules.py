@@ -1,0 +1,42 @@
+"""The kernel rules (sysctl key <-> /proc/sys path, value words, `[active]` choices, cpulists) for verify.
+
+Their one home is the collection's plugins/module_utils/kernel_rules.py, which the Ansible modules
+import by their collection name. verify reaches the same file from where this package sits, never
+from the caller's cwd or environment: next to it in a checkout, an installed collection or a
+node's bundle (verify/fleet/bundle.py ships it), under verify/_data in an installed wheel
+(setup.py copies it there).
+"""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+HOME = Path("plugins", "module_utils", "kernel_rules.py")
+
+
+def _load():
+    package = Path(__file__).resolve().parent
+    for source in (package / "_data" / HOME, package.parent / HOME):
+        if source.is_file():
+            spec = importlib.util.spec_from_file_location("verify._kernel_rules_home", source)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[spec.name] = module
+            spec.loader.exec_module(module)
+            return module
+    raise ImportError(f"verify.kernel_rules: {HOME} is neither in {package / '_data'} nor in {package.parent}")
+
+
+_home = _load()
+KernelRuleError = _home.KernelRuleError
+MAX_CPUS = _home.MAX_CPUS
+PROC_SYS = _home.PROC_SYS
+format_cpulist = _home.format_cpulist
+normalise_value = _home.normalise_value
+parse_choices = _home.parse_choices
+parse_cpulist = _home.parse_cpulist
+sysctl_key = _home.sysctl_key
+sysctl_key_problem = _home.sysctl_key_problem
+sysctl_path = _home.sysctl_path
+value_words = _home.value_words
+__all__ = list(_home.__all__)
