@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.tunefleet.gpu_node.plugins.module_utils.kernel_rules import KernelRuleError, parse_cpulist
 
 # ethtool -g / -l labels -> the argument names ethtool -G / -L take
 _ETHTOOL_KEYS = {
@@ -16,15 +17,11 @@ _ETHTOOL_KEYS = {
 }
 
 
-def _cpus(cpulist: str) -> frozenset:
-    cpus = set()
-    for part in cpulist.strip().split(","):
-        if "-" in part:
-            first, last = part.split("-", 1)
-            cpus.update(range(int(first), int(last) + 1))
-        elif part.strip():
-            cpus.add(int(part))
-    return frozenset(cpus)
+def _cpus(cpulist: str) -> set:
+    try:
+        return parse_cpulist(cpulist)
+    except KernelRuleError as exc:
+        raise AnsibleFilterError(f"network_irq_plan: a NIC's local_cpulist is not a CPU list ({exc})") from None
 
 
 def network_mtu_values(nics: list, mtu: int) -> dict:

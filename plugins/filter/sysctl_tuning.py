@@ -3,19 +3,15 @@
 """Filters for the sysctl role: key -> /proc/sys path, value validation, the effective settings."""
 from __future__ import annotations
 
-import re
-
 from ansible.errors import AnsibleFilterError
-
-# sysctl(8): a key with '/' uses '/' as the separator, so '.' inside an interface name ("eth0.100") stays literal.
-_KEY = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:/@+-]*$")
+from ansible_collections.tunefleet.gpu_node.plugins.module_utils.kernel_rules import sysctl_key_problem, sysctl_path
 
 
 def sysctl_proc_path(key: str) -> str:
-    if not isinstance(key, str) or not _KEY.match(key) or ".." in key or "//" in key:
+    # sysctl(8): a key with '/' uses '/' as the separator, so '.' inside an interface name ("eth0.100") stays literal.
+    if sysctl_key_problem(key):
         raise AnsibleFilterError(f"sysctl key {key!r} is not a sysctl name (e.g. net.core.rmem_max)")
-    relative = key if "/" in key else key.replace(".", "/")
-    return "/proc/sys/" + relative.strip("/")
+    return sysctl_path(key)
 
 
 def sysctl_value_problems(settings: dict) -> list:
@@ -28,7 +24,7 @@ def sysctl_value_problems(settings: dict) -> list:
             problems.append(f"{key}: {value!r} is a {type(value).__name__}; a sysctl value is a string or an integer")
         elif isinstance(value, str) and (not value.strip() or "\n" in value):
             problems.append(f"{key}: {value!r} is empty or spans lines")
-        if not isinstance(key, str) or not _KEY.match(key) or ".." in key:
+        if sysctl_key_problem(key):
             problems.append(f"{key!r}: not a sysctl name")
     return problems
 

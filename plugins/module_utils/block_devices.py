@@ -8,6 +8,8 @@ from __future__ import annotations
 import fnmatch
 import os
 
+from ansible_collections.tunefleet.gpu_node.plugins.module_utils.kernel_rules import parse_choices
+
 
 def _read(path: str):
     try:
@@ -19,12 +21,12 @@ def _read(path: str):
 
 def read_device(block_dir: str) -> dict:
     scheduler_menu = _read(os.path.join(block_dir, "queue", "scheduler")) or ""
-    selected = [token[1:-1] for token in scheduler_menu.split() if token.startswith("[")]
+    selected, offered = parse_choices(scheduler_menu)
     read_ahead = _read(os.path.join(block_dir, "queue", "read_ahead_kb"))
     return {
         "name": os.path.basename(block_dir),
-        "scheduler": selected[0] if selected else (scheduler_menu or None),
-        "schedulers": [token.strip("[]") for token in scheduler_menu.split()],
+        "scheduler": selected or scheduler_menu or None,
+        "schedulers": offered,
         "read_ahead_kb": int(read_ahead) if read_ahead and read_ahead.isdigit() else None,
     }
 

@@ -17,6 +17,8 @@ import stat
 import tempfile
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
+from ansible_collections.tunefleet.gpu_node.plugins.module_utils.kernel_rules import parse_choices, value_words
+
 SCHEMA = "tunefleet.ledger/v1"
 SECTIONS = ("paths", "files", "services", "kernel_modules")
 _MODULE_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -24,9 +26,6 @@ DEFAULT_LEDGER_PATH = "/var/lib/tunefleet/ledger.json"
 LIVE_PREFIXES = ("/proc/", "/sys/")
 # A config file this big is not something the roles touch; refusing keeps the ledger small.
 MAX_FILE_BYTES = 1024 * 1024
-# `[mq-deadline] none`, `always [madvise] never`: the kernel marks the active choice.
-# No '[' inside: a value of many '[' would otherwise backtrack quadratically.
-_SELECTED_CHOICE = re.compile(r"\[([^\[\]\s]+)\]")
 
 # runner(argv) -> (returncode, stdout, stderr); returncode None when the tool is missing.
 Runner = Callable[[List[str]], Tuple[Optional[int], str, str]]
@@ -54,9 +53,9 @@ def on_node(root: str, path: str) -> str:
 # ---------------------------------------------------------------- live kernel values
 
 def selected_choice(text: str) -> str:
-    """The active value of a sysfs file that lists choices; other text unchanged."""
-    found = _SELECTED_CHOICE.search(text)
-    return found.group(1) if found else text
+    """The active value of a sysfs file that lists choices (`[mq-deadline] none`); other text unchanged."""
+    active, _ = parse_choices(text)
+    return text if active is None else active
 
 
 def read_live_value(root: str, path: str) -> Optional[str]:
@@ -78,7 +77,7 @@ def read_live_value(root: str, path: str) -> Optional[str]:
 
 def same_value(recorded: str, current: Optional[str]) -> bool:
     """tcp_rmem reads back tab-separated whatever was written; compare the tokens."""
-    return current is not None and recorded.split() == current.split()
+    return current is not None and value_words(recorded) == value_words(current)
 
 
 def write_live_value(root: str, path: str, value: str) -> None:

@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
 
+from ansible_collections.tunefleet.gpu_node.plugins.module_utils import kernel_rules
 from ansible_collections.tunefleet.gpu_node.plugins.module_utils.block_devices import skip_reason
 
 MTU_MIN, MTU_MAX = 68, 65535
@@ -61,7 +62,7 @@ def _read(root: str, node_path: str) -> Optional[str]:
 
 def choices(text: str) -> List[str]:
     """`[mq-deadline] none` -> ['mq-deadline', 'none']."""
-    return text.replace("[", " ").replace("]", " ").split()
+    return kernel_rules.parse_choices(text)[1]
 
 
 def is_plain_int(value: Any) -> bool:
@@ -100,8 +101,8 @@ def _bool_problem(variable: str, value: Any) -> Optional[Problem]:
 
 def sysctl_path(key: str) -> str:
     """`net.ipv4.conf.eth0.rp_filter` -> /proc/sys/net/ipv4/conf/eth0/rp_filter; a key with '/' is already a path
-    (needed for names holding dots, e.g. VLAN `eth0.100`)."""
-    return "/proc/sys/" + (key if "/" in key else key.replace(".", "/"))
+    (needed for names holding dots, e.g. VLAN `eth0.100`). The rule lives in kernel_rules."""
+    return kernel_rules.sysctl_path(key)
 
 
 def _sysctl_writable(root: str, key: str) -> Optional[str]:
@@ -130,10 +131,10 @@ def _shape_problem(current: Optional[str], value: Any) -> Optional[str]:
     """A key that holds N integers (tcp_rmem: 3) must be given N integers."""
     if current is None:
         return None
-    now = current.split()
+    now = kernel_rules.value_words(current)
     if not now or not all(t.lstrip("-").isdigit() for t in now):
         return None
-    wanted = str(value).split()
+    wanted = kernel_rules.value_words(value)
     if len(wanted) != len(now) or not all(t.lstrip("-").isdigit() for t in wanted):
         return f"this key holds {len(now)} integer(s) (now {current!r}); the value does not parse as that"
     return None
@@ -172,7 +173,7 @@ def sysctl_range_problem(root: str, key: str, value: Any, settings: Dict[str, An
     if key not in SYSCTL_RANGES:
         return None
     count, low, high = SYSCTL_RANGES[key]
-    fields = str(value).split()
+    fields = kernel_rules.value_words(value)
     if len(fields) != count or not all(re.fullmatch(r"-?[0-9]+", f) for f in fields):
         return f"this key holds {count} integer(s)"
     numbers = [int(f) for f in fields]
@@ -221,7 +222,7 @@ def check_sysctl(root: str, variables: Dict[str, Any]) -> List[Problem]:
         if key in skip:
             continue
         label = f"{variable}[{key!r}]"
-        if not re.match(r"^[a-z0-9_]+([./][A-Za-z0-9_.:@-]+)+$", key) or ".." in key or "//" in key:
+        if kernel_rules.sysctl_key_problem(key):
             problems.append(Problem(label, value, "is not a sysctl key (expected e.g. net.core.rmem_max)"))
             continue
         reason = _sysctl_value_problem(value) or _sysctl_writable(root, key)

@@ -8,6 +8,11 @@ import errno
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.tunefleet.gpu_node.plugins.module_utils.kernel_rules import (
+    normalise_value,
+    parse_choices,
+    parse_cpulist,
+)
 
 DOCUMENTATION = r"""
 ---
@@ -69,34 +74,6 @@ class KernelValueError(Exception):
     """A value that cannot be applied; the message names the path and the reason."""
 
 
-MAX_CPUS = 65536  # beyond any kernel's NR_CPUS: a set is built per CPU, so the list is bounded
-
-
-def _cpu_number(word: str, text: str) -> int:
-    word = word.strip()
-    if not (word.isascii() and word.isdigit() and len(word) <= 6) or int(word) >= MAX_CPUS:
-        raise ValueError(f"cpulist {text[:60]!r}: {word[:20]!r} is not a CPU number below {MAX_CPUS}")
-    return int(word)
-
-
-def parse_cpulist(text: str) -> frozenset:
-    """'0-3,8,10-11' -> {0,1,2,3,8,10,11} (the kernel's cpulist format); ValueError on anything else."""
-    cpus = set()
-    for part in text.strip().split(","):
-        part = part.strip()
-        if not part:
-            continue
-        if "-" in part:
-            first, last = part.split("-", 1)
-            start, end = _cpu_number(first, text), _cpu_number(last, text)
-            if end < start:
-                raise ValueError(f"descending CPU range {part!r}")
-            cpus.update(range(start, end + 1))
-        else:
-            cpus.add(_cpu_number(part, text))
-    return frozenset(cpus)
-
-
 def _kind(path: str) -> str:
     name = os.path.basename(path)
     if name == "scheduler":
@@ -109,15 +86,13 @@ def _kind(path: str) -> str:
 def current_value(path: str, raw: str) -> str:
     """The value as it should be compared and reported (the selected scheduler, not the menu)."""
     if _kind(path) == "scheduler":
-        for token in raw.split():
-            if token.startswith("[") and token.endswith("]"):
-                return token[1:-1]
-        return raw.strip()
-    return " ".join(raw.split())
+        active, _ = parse_choices(raw)
+        return raw.strip() if active is None else active
+    return normalise_value(raw)
 
 
 def offered_schedulers(raw: str) -> list:
-    return [token.strip("[]") for token in raw.split()]
+    return parse_choices(raw)[1]
 
 
 def same_value(path: str, current: str, wanted: str) -> bool:
@@ -126,7 +101,7 @@ def same_value(path: str, current: str, wanted: str) -> bool:
             return parse_cpulist(current) == parse_cpulist(wanted)
         except ValueError:
             return False
-    return current == " ".join(str(wanted).split())
+    return current == normalise_value(wanted)
 
 
 def _read(path: str) -> str:
@@ -146,7 +121,7 @@ def plan(values: dict) -> tuple:
         if isinstance(wanted, bool) or not isinstance(wanted, (str, int)):
             errors.append(f"{path}: value {wanted!r} must be a string or an integer, not {type(wanted).__name__}")
             continue
-        wanted = " ".join(str(wanted).split())
+        wanted = normalise_value(wanted)
         if not os.path.isabs(path):
             errors.append(f"{path}: not an absolute path")
             continue

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 from typing import List, Optional
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.tunefleet.gpu_node.plugins.module_utils.kernel_rules import parse_choices
 
 DOCUMENTATION = r"""
 module: memory_thp
@@ -66,9 +66,7 @@ class ThpMode:
 
 def parse_modes(text: str) -> tuple[Optional[str], List[str]]:
     """'always [madvise] never' -> ('madvise', ['always', 'madvise', 'never'])."""
-    offered = [word.strip("[]") for word in text.split()]
-    match = re.search(r"\[([^\]]+)\]", text)
-    return (match.group(1) if match else None), offered
+    return parse_choices(text)
 
 
 def read_mode(sysfs_root: str, name: str) -> Optional[ThpMode]:

@@ -12,6 +12,8 @@ import subprocess
 from pathlib import Path
 from typing import Dict, Iterator
 
+from verify.kernel_rules import parse_choices
+
 # What node_state.py's host snapshot compares; scheduler first: nr_requests depends on it.
 QUEUE_TUNABLES = ("scheduler", "nr_requests", "max_sectors_kb", "read_ahead_kb")
 
@@ -21,9 +23,8 @@ class LoopUnavailable(RuntimeError):
 
 
 def _active(attr: str, text: str) -> str:
-    if attr == "scheduler" and "[" in text:
-        return text.split("[", 1)[1].split("]", 1)[0]
-    return text.strip()
+    active = parse_choices(text)[0] if attr == "scheduler" else None
+    return text.strip() if active is None else active
 
 
 def queue_settings(name: str, sys_block: Path = Path("/sys/block")) -> Dict[str, str]:

@@ -29,7 +29,11 @@ sys.path.insert(0, str(REPO / ".cache" / "collections"))  # the collection link 
 sys.path.insert(0, str(REPO / "tests" / "helpers"))
 
 from ansible.errors import AnsibleFilterError  # noqa: E402
-from ansible_collections.tunefleet.gpu_node.plugins.module_utils import ledger_core, preflight_checks  # noqa: E402
+from ansible_collections.tunefleet.gpu_node.plugins.module_utils import (  # noqa: E402
+    kernel_rules,
+    ledger_core,
+    preflight_checks,
+)
 
 from plugins import load_plugin  # noqa: E402
 from verify import bounded_load, desired, node, profiles  # noqa: E402
@@ -172,7 +176,7 @@ SPEC = json.loads((FIXTURES / "node" / "desired_state.json").read_text())
 PARSERS = [
     # verify.node: ReadError (a ValueError)
     Parser("verify.node:parse_cpulist", lambda d: node.parse_cpulist(text(d)), (node.ReadError,),
-           [b"0-3,8,10-11", b"0-63:2", b"0"]),
+           [b"0-3,8,10-11", b"0-63:1/2", b"0"]),  # the kernel's stride is A-B:N/GROUP ("0-63:2" is EINVAL)
     Parser("verify.node:_memory_kib", in_tree("/proc/meminfo", node._memory_kib), (node.ReadError,),
            _fixture(f"{CI_TREE}/proc/meminfo")),
     Parser("verify.node:_os_release", in_tree("/etc/os-release", node._os_release), (),
@@ -276,8 +280,10 @@ PARSERS = [
     Parser("verify.fleet.model:load_fleet_dir", in_root("/h1/report.json", lambda r: _fleet_report(r)), (),
            _fixture("fleet/node_report_ci_vm.json", "node/gpu_machine_report.json")),
     # plugins: each module's own error (fail_json with it, never a traceback)
-    Parser("plugins.modules.kernel_values:parse_cpulist", lambda d: kernel_values.parse_cpulist(text(d)),
-           (ValueError,), [b"0-3,8,10-11"]),
+    Parser("plugins.module_utils.kernel_rules:parse_cpulist", lambda d: kernel_rules.parse_cpulist(text(d)),
+           (kernel_rules.KernelRuleError,), [b"0-3,8,10-11", b"0-7:1/2\n"]),
+    Parser("plugins.module_utils.kernel_rules:parse_choices", lambda d: kernel_rules.parse_choices(text(d)), (),
+           _fixture("preflight/vda_scheduler", "preflight/thp_enabled")),
     Parser("plugins.modules.kernel_values:current_value",
            lambda d: kernel_values.current_value("/sys/block/vda/queue/scheduler", text(d)), (),
            _fixture("preflight/vda_scheduler")),

@@ -15,6 +15,7 @@ Runs on the node with a bare python3 >= 3.9.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import stat
@@ -22,6 +23,23 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Dict, List
+
+
+def _load_kernel_rules():
+    """The collection's kernel_rules.py (how the kernel prints values), standard library only: next to
+    this script on a test node (prepare.yml installs it there), else in the checkout it sits in."""
+    here = Path(__file__).resolve().parent
+    checkout = here.parent.parent.parent  # molecule/shared/files -> the repository
+    for source in (here / "kernel_rules.py", checkout / "plugins" / "module_utils" / "kernel_rules.py"):
+        if source.is_file():
+            spec = importlib.util.spec_from_file_location("tunefleet_kernel_rules", source)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            return module
+    raise ImportError(f"kernel_rules.py is neither next to {__file__} nor in the checkout around it")
+
+
+kernel_rules = _load_kernel_rules()
 
 FACT_FILE = Path("/etc/ansible/facts.d/tunefleet_molecule.fact")
 LOOP_BACKING_FILE = Path("/var/tmp/tunefleet-molecule-loop.img")
@@ -47,13 +65,12 @@ def run(argv: List[str]) -> str:
 
 def active_choice(text: str) -> str:
     """`always [madvise] never` -> `madvise`; a plain value is returned as is."""
-    if "[" in text:
-        return text.split("[", 1)[1].split("]", 1)[0]
-    return text.strip()
+    active, _ = kernel_rules.parse_choices(text)
+    return text.strip() if active is None else active
 
 
 def choices(text: str) -> List[str]:
-    return [word.strip("[]") for word in text.split()]
+    return kernel_rules.parse_choices(text)[1]
 
 
 def other_choice(text: str, preferred: List[str]) -> str:
@@ -121,7 +138,7 @@ def namespaced(key: str) -> bool:
     """
     if not key.startswith("net."):
         return False
-    path = Path("/proc/sys") / key.replace(".", "/")
+    path = Path(kernel_rules.sysctl_path(key))
     try:
         current = path.read_text(encoding="utf-8")
         path.write_text(current, encoding="utf-8")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -22,6 +23,23 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Dict, List
+
+
+def _load_kernel_rules():
+    """The collection's kernel_rules.py (how the kernel prints values), standard library only: next to
+    this script on a test node (prepare.yml installs it there), else in the checkout it sits in."""
+    here = Path(__file__).resolve().parent
+    checkout = here.parent.parent.parent  # molecule/shared/files -> the repository
+    for source in (here / "kernel_rules.py", checkout / "plugins" / "module_utils" / "kernel_rules.py"):
+        if source.is_file():
+            spec = importlib.util.spec_from_file_location("tunefleet_kernel_rules", source)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            return module
+    raise ImportError(f"kernel_rules.py is neither next to {__file__} nor in the checkout around it")
+
+
+kernel_rules = _load_kernel_rules()
 
 # Kernel counters and self-tuning values: they move on an idle machine, so they are no evidence
 # that anything was changed. perf_event_max_sample_rate is lowered by the kernel itself when
@@ -61,7 +79,7 @@ def sysctls(proc_sys: Path = Path("/proc/sys")) -> Dict[str, str]:
                 continue
             value = read_text(path)
             if value is not None:
-                values[key] = " ".join(value.split())
+                values[key] = kernel_rules.normalise_value(value)
     return values
 
 
