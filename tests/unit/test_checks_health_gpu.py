@@ -219,6 +219,55 @@ def test_unreadable_kernel_log_is_a_skip_with_both_reasons(tmp_path):
     assert result.status is Status.SKIP and "Operation not permitted" in result.reason
 
 
+# The probe-time message exactly as open-gpu-kernel-modules prints it (README: source-derived, not a capture).
+LOST = (HEALTH / "kernel_log_fallen_off_bus_probe_source.txt").read_text()
+LOST_BUS = "0000:5d:00.0"
+
+
+def dmesg_layout(message: str, stamp: str = "[   12.482211] ") -> str:
+    """One multi-line printk as `dmesg` shows it: the stamp on the first line, the rest indented under it."""
+    first, *rest = message.splitlines()
+    return "\n".join([stamp + first] + [" " * len(stamp) + line for line in rest]) + "\n"
+
+
+def test_a_gpu_lost_at_probe_without_xid_fails_naming_its_bus(tmp_path):
+    real = (HEALTH / "h200x2" / "cmd" / "dmesg-kernel.stdout").read_text()  # the machine's real log, no Xid
+    log = real + dmesg_layout(LOST)
+    node = gpu_tree(tmp_path, bus=(H200_BUS, LOST_BUS)).node(runner=kernel_log(log), live=True)
+    results = health_xid.run(desired_state(), node)
+    assert [(r.check_id, r.status) for r in results] == [(f"health.gpu.xid.{LOST_BUS}", Status.FAIL)]
+    lost = results[0]
+    assert f"GPU at {LOST_BUS}" in lost.reason and "fallen off the bus x1 (driver message, no Xid 79)" in lost.reason
+    assert "reseat" in lost.remediation and "RMA" in lost.remediation and "drain the node" in lost.remediation
+    assert lost.details["bus_lost"]["last"].endswith("fallen off the bus and is not responding to commands.")
+
+
+def test_lost_gpu_message_parses_bare_and_in_dmesg_layout_but_not_other_probe_messages():
+    assert health_xid.parse_lost(LOST) == {LOST_BUS: (1, " ".join(LOST.split("\n")).strip())}
+    assert set(health_xid.parse_lost(dmesg_layout(LOST) + dmesg_layout(LOST, "[   13.001002] "))) == {LOST_BUS}
+    assert health_xid.parse_lost(dmesg_layout(LOST))[LOST_BUS][0] == 1
+    # same opening, other ending (osapi.c's "not supported" message): not a lost GPU
+    unsupported = ("NVRM: The NVIDIA GPU 0000:5d:00.0 (PCI ID: 10de:2335)\n"
+                   "NVRM: installed in this system is not supported by open\n"
+                   "NVRM: nvidia.ko because it does not include the required GPU\n"
+                   "NVRM: System Processor (GSP).\n")
+    assert health_xid.parse_lost(unsupported) == {}
+
+
+def test_a_gpu_lost_at_run_time_stays_under_its_xid_79(tmp_path):
+    # Xid 79, then "NVRM: GPU 0000:86:00.0: GPU has fallen off the bus."
+    log = (HEALTH / "kernel_log_xid79_48_documented.txt").read_text()
+    assert set(health_xid.parse_lost(log)) == {"0000:86:00.0"}
+    tree = gpu_tree(tmp_path, bus=("0000:3b:00.0", "0000:86:00.0", "0000:af:00.0"))
+    node = tree.node(runner=kernel_log(log), live=True)
+    fallen = {r.check_id: r for r in health_xid.run(desired_state(), node)}["health.gpu.xid.0000:86:00.0"]
+    assert "reboot" in fallen.remediation and "bus_lost" not in fallen.details
+    # the run-time line alone (its Xid rotated out of the ring): still a FAIL for that GPU
+    alone = "\n".join(line for line in log.splitlines() if "NVRM: GPU 0000:86:00.0" in line)
+    result = health_xid.run(desired_state(), gpu_tree(tmp_path).node(runner=kernel_log(alone), live=True))[0]
+    assert result.status is Status.FAIL and result.check_id == "health.gpu.xid.0000:86:00.0"
+
+
 # ---- the machine without GPUs ---------------------------------------------------------------------------
 
 def test_every_health_check_skips_with_a_reason_on_a_node_without_gpus_or_hcas(tmp_path):

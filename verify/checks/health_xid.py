@@ -4,6 +4,10 @@
 documented, and the whole ring is a few hundred KiB); `journalctl -k -b` is the fallback where
 dmesg is absent or refused. The ring buffer can wrap on a long-lived node: then only the Xids still
 in it are seen (the result says which source was read).
+
+The same log also tells of a GPU lost from the bus with no Xid line: the driver's probe finds its
+registers reading all-ones and prints a three-line message instead (the GPU is then absent from
+nvidia-smi, so no other check names it).
 """
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from verify.checks.common import result, skip
 from verify.checks.health_common import (
     DRAIN_RMA,
     REBOOT,
+    RESEAT,
     RESET_GPU,
     ROLE,
     gpu_indices,
@@ -42,6 +47,15 @@ FATAL = {
 # Xid 154 carries the driver's own verdict: "GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)".
 RECOVERY = 154
 _XID = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)\): (\d+),\s*(.*)")
+# Lost GPUs, as open-gpu-kernel-modules prints them (tests/fixtures/node/health/README.md cites where):
+# at probe, rm_is_supported_device's "NVRM: The NVIDIA GPU dddd:bb:dd.f" + "(PCI ID: ...) installed in
+# this system has" + "fallen off the bus and is not responding to commands." (one printk, three lines;
+# dmesg prefixes or indents each); at run time osHandleGpuLost's "NVRM: GPU dddd:bb:dd.f: GPU has
+# fallen off the bus." (after its Xid 79, which already FAILs that GPU).
+_BUS = r"([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])"
+_LOST_PROBE = re.compile(r"NVRM: The NVIDIA GPU " + _BUS + r"\b")
+_LOST_PROBE_END = "fallen off the bus and is not responding to commands"
+_LOST_RUNTIME = re.compile(r"NVRM: GPU " + _BUS + r": GPU has fallen off the bus")
 
 
 def parse_xids(log: str) -> dict:
@@ -57,6 +71,27 @@ def parse_xids(log: str) -> dict:
     return dict(found)
 
 
+def parse_lost(log: str) -> dict:
+    """Kernel log text -> {bus id: (count, the message on one line)} for "fallen off the bus" messages."""
+    found: dict = {}
+    lines = log.splitlines()
+    for i, line in enumerate(lines):
+        probe, runtime = _LOST_PROBE.search(line), _LOST_RUNTIME.search(line)
+        if probe:
+            # the message's own three lines only: the next NVRM message may be about another GPU
+            message = " ".join(part.strip() for part in lines[i:i + 3])
+            if _LOST_PROBE_END not in message:
+                continue
+            bus = short_bdf(probe.group(1))
+        elif runtime:
+            bus, message = short_bdf(runtime.group(1)), line.strip()
+        else:
+            continue
+        count, _ = found.get(bus, (0, ""))
+        found[bus] = (count + 1, message)
+    return found
+
+
 def _verdict(code: int, line: str) -> tuple:
     if code == RECOVERY:
         if re.search(r"to 0x0 \(None\)\s*$", line):
@@ -67,15 +102,22 @@ def _verdict(code: int, line: str) -> tuple:
     return Status.WARN, "not fatal: application or driver level; watch for repeats", RESET_GPU
 
 
-def judge_xids(bus: str, xids: dict, gpu_index, source: str):
-    """One GPU's Xids since boot -> one result; any fatal code is a FAIL."""
+def judge_xids(bus: str, xids: dict, gpu_index, source: str, lost: tuple = None):
+    """One GPU's Xids since boot (and `lost`: (count, message) when the driver printed it lost from the
+    bus without an Xid 79) -> one result; a fatal code or a lost GPU is a FAIL."""
     name = f"GPU {gpu_index} ({bus})" if gpu_index is not None else f"GPU at {bus}"
     verdicts = {code: _verdict(code, line) for code, (_, line) in sorted(xids.items())}
-    status = Status.FAIL if any(v[0] is Status.FAIL for v in verdicts.values()) else Status.WARN
     parts = [f"Xid {code} x{xids[code][0]} ({v[1]})" for code, v in verdicts.items()]
-    fix = next(v[2] for v in verdicts.values() if v[0] is status)
     details = {"bus_id": bus, "source": source,
                "xids": {str(code): {"count": count, "last": line} for code, (count, line) in sorted(xids.items())}}
+    if lost:
+        # lost with no Xid 79: at probe (the load or reboot did not bring it back), so reseat, then RMA
+        parts.insert(0, f"fallen off the bus x{lost[0]} (driver message, no Xid 79)")
+        details["bus_lost"] = {"count": lost[0], "last": lost[1]}
+        status, fix = Status.FAIL, RESEAT
+    else:
+        status = Status.FAIL if any(v[0] is Status.FAIL for v in verdicts.values()) else Status.WARN
+        fix = next(v[2] for v in verdicts.values() if v[0] is status)
     return result(f"health.gpu.xid.{bus}", ROLE, status, "no Xid since boot", ", ".join(parts),
                   f"{name} logged {', '.join(parts)} since boot ({source})",
                   details=details, fix=fix.format(index=gpu_index if gpu_index is not None else bus, what=name))
@@ -103,7 +145,10 @@ def run(spec: dict, node: Node) -> list:
     if log is None:
         return [skip("health.gpu.xid", ROLE, f"kernel log unreadable: {source}")]
     found = parse_xids(log)
-    if not found:
+    # a GPU lost at run time also logged Xid 79: already a FAIL (reboot, then RMA) under that code
+    lost = {bus: seen for bus, seen in parse_lost(log).items() if 79 not in found.get(bus, {})}
+    if not found and not lost:
         return [result("health.gpu.xid", ROLE, Status.PASS, "no Xid since boot", "none", details={"source": source})]
     indices = gpu_indices(node)
-    return [judge_xids(bus, xids, indices.get(bus), source) for bus, xids in sorted(found.items())]
+    return [judge_xids(bus, found.get(bus, {}), indices.get(bus), source, lost.get(bus))
+            for bus in sorted(set(found) | set(lost))]
