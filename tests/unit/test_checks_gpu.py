@@ -11,7 +11,7 @@ import pytest
 
 from tests.helpers.fake_node import FakeTree, desired_state
 from tests.helpers.replay import ReplayRunner
-from verify.checks import gpu_persistence, gpu_query, nccl_conf, peermem, versions
+from verify.checks import gpu_persistence, gpu_query, nccl_conf, peermem, run_checks, versions
 from verify.result import Status
 from verify.runner import CommandOutput
 
@@ -133,6 +133,32 @@ def test_no_peermem_and_no_dmabuf_fails_saying_which(tmp_path, banner, release, 
     spec = desired_state(gpu={"nvidia_peermem": False, "rdma_expected": True})
     result = peermem.run(spec, gpu_tree(tmp_path, banner, release).node())[0]
     assert result.status is Status.FAIL and why in result.reason
+
+
+def bare_root_tree(tmp_path, modules=""):
+    """A --root tree with the driver banner but no /proc/sys (no kernel release to read)."""
+    tree = FakeTree(tmp_path).write("/proc/driver/nvidia/version", OPEN)
+    return tree.write("/proc/modules", modules) if modules else tree
+
+
+def test_peermem_without_a_kernel_release_judges_what_it_can_and_skips_the_rest(tmp_path):
+    rdma_only = desired_state(gpu={"nvidia_peermem": False, "rdma_expected": True})
+    results = run_checks(rdma_only, bare_root_tree(tmp_path).node(), names=["gpu.nvidia_peermem"])
+    assert [r.status for r in results] == [Status.SKIP]  # was an ERROR with a traceback
+    assert "/proc/sys/kernel/osrelease absent" in results[0].reason and "DMA-BUF" in results[0].reason
+    # asked by name, only the module counts: still a FAIL, the kernel does not matter
+    asked = run_checks(desired_state(), bare_root_tree(tmp_path).node(), names=["gpu.nvidia_peermem"])[0]
+    assert asked.status is Status.FAIL and "osrelease absent" in asked.reason
+    assert "gpu_nvidia_peermem" in asked.remediation
+    loaded = bare_root_tree(tmp_path, "nvidia_peermem 16384 0 - Live 0x0000000000000000 (POE)\n").node()
+    assert peermem.run(rdma_only, loaded)[0].status is Status.PASS
+
+
+def test_peermem_with_a_garbled_kernel_release_is_an_error_naming_the_file(tmp_path):
+    spec = desired_state(gpu={"nvidia_peermem": False, "rdma_expected": True})
+    result = peermem.run(spec, gpu_tree(tmp_path, OPEN, "linux").node())[0]
+    assert result.status is Status.ERROR
+    assert "/proc/sys/kernel/osrelease" in result.reason and "'linux'" in result.reason
 
 
 def test_nccl_conf_exact_extra_and_wrong(tmp_path):

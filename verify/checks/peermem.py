@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from verify.checks.common import result, role_disabled, section, skip
+from verify.checks.common import error, result, role_disabled, section, skip
 from verify.checks.gpu_query import parse_driver_banner
 from verify.node import Node
 from verify.result import Status
@@ -15,6 +15,7 @@ from verify.result import Status
 ROLE = "gpu"
 CHECK_ID = "gpu.nvidia_peermem"
 DMABUF_MIN_KERNEL = (5, 12)
+OSRELEASE = "/proc/sys/kernel/osrelease"
 
 
 def kernel_version(release: str) -> tuple:
@@ -31,11 +32,22 @@ def module_loaded(node: Node, name: str) -> bool:
     return node.exists(f"/sys/module/{name}")
 
 
-def judge(peermem_asked: bool, loaded: bool, release: str, driver_version: str, open_module: bool):
+def judge(peermem_asked: bool, loaded: bool, release, driver_version: str, open_module: bool):
+    """`release` None: the kernel is unknown (a --root tree without /proc/sys)."""
     expected = "nvidia_peermem loaded" if peermem_asked else "nvidia_peermem loaded or DMA-BUF capable"
     if loaded:
         return result(CHECK_ID, ROLE, Status.PASS, expected, "nvidia_peermem loaded")
-    dmabuf = kernel_version(release) >= DMABUF_MIN_KERNEL and open_module
+    if release is None:
+        # asked by name, only the module counts: the kernel does not change the verdict
+        unknown = f"the kernel release is unknown ({OSRELEASE} absent)"
+        if peermem_asked:
+            return result(CHECK_ID, ROLE, Status.FAIL, expected, "not loaded",
+                          f"nvidia_peermem is not loaded ({unknown}, so DMA-BUF was not looked at)",
+                          "gpu_nvidia_peermem")
+        return skip(CHECK_ID, ROLE, f"nvidia_peermem is not loaded and {unknown}: "
+                    f"cannot tell whether DMA-BUF (kernel >= 5.12 + open module) stands in for it", expected)
+    kernel = kernel_version(release)
+    dmabuf = kernel >= DMABUF_MIN_KERNEL and open_module
     stack = (f"kernel {release.strip()}, NVIDIA {driver_version} "
              f"{'open' if open_module else 'proprietary'} kernel module")
     if dmabuf and not peermem_asked:
@@ -45,7 +57,7 @@ def judge(peermem_asked: bool, loaded: bool, release: str, driver_version: str, 
     if dmabuf:
         reason += f" (this stack could use DMA-BUF instead: {stack}; set gpu_nvidia_peermem: false to accept that)"
     else:
-        why = "kernel < 5.12" if kernel_version(release) < DMABUF_MIN_KERNEL else "proprietary kernel module"
+        why = "kernel < 5.12" if kernel < DMABUF_MIN_KERNEL else "proprietary kernel module"
         reason += f" and DMA-BUF is not available ({why}: {stack})"
     return result(CHECK_ID, ROLE, Status.FAIL, expected, "not loaded", reason, "gpu_nvidia_peermem")
 
@@ -62,5 +74,9 @@ def run(spec: dict, node: Node) -> list:
     if banner is None:
         return [skip(CHECK_ID, ROLE, "no NVIDIA driver loaded (/proc/driver/nvidia/version absent)")]
     driver_version, open_module = parse_driver_banner(banner)
-    release = node.read_value("/proc/sys/kernel/osrelease") or ""
-    return [judge(peermem_asked, module_loaded(node, "nvidia_peermem"), release, driver_version, open_module)]
+    release = node.read_value(OSRELEASE)
+    loaded = module_loaded(node, "nvidia_peermem")
+    try:
+        return [judge(peermem_asked, loaded, release, driver_version, open_module)]
+    except ValueError as exc:  # a release with no major.minor: say which file, not a traceback
+        return [error(CHECK_ID, ROLE, f"{OSRELEASE}: {exc}")]
