@@ -13,6 +13,13 @@ from ansible_collections.tunefleet.gpu_node.plugins.module_utils.kernel_rules im
     parse_choices,
     parse_cpulist,
 )
+from ansible_collections.tunefleet.gpu_node.plugins.module_utils.ledger_core import (
+    DEFAULT_LEDGER_PATH,
+    LedgerError,
+    record,
+    snapshot_file,
+    write_file_atomically,
+)
 
 DOCUMENTATION = r"""
 ---
@@ -26,6 +33,10 @@ description:
   - Compares the way the kernel prints each file, so a second run reports no change
     (whitespace in C(/proc/sys) triples, the bracketed I/O scheduler, CPU lists such as C(0-3) vs C(0,1,2,3)).
   - In check mode nothing is written; the result and the diff say what would change, from what to what.
+  - With O(recorded_by), this one call is a whole role's work (issue 13: one module call per role
+    instead of a task per step) - refuse the problems the controller found, plan the live values and
+    the owned O(files), record what they were in the ledger the first time, apply, read back, and
+    return one diff per changed value set and file.
 options:
   values:
     description: Absolute path -> wanted value (string or integer).
@@ -43,6 +54,33 @@ options:
         error about that path, so a refusal names the variable and not only the /proc path.
     type: dict
     default: {}
+  files:
+    description:
+      - Owned config files, each C(path) with its C(content) (usually a template lookup rendered on the
+        controller) and C(mode) (default C(0644)), or C(state=absent) to remove it. Written atomically
+        as root:root after the live values, creating missing parent directories (0755); a symlink in
+        their place is replaced, never followed.
+    type: list
+    elements: dict
+    default: []
+  recorded_by:
+    description:
+      - When set, every path of O(values) and O(files) is recorded in the ledger (first-seen state,
+        what C(playbooks/restore.yml) puts back) after everything is validated and before anything
+        is written; the role name is stored with the entries.
+    type: str
+    default: ""
+  ledger_path:
+    description: Where the ledger lives on the node.
+    type: path
+    default: /var/lib/tunefleet/ledger.json
+  refuse:
+    description:
+      - Problems the controller found in the role's variables (each naming the variable); any at all
+        fails the call before anything is read or written.
+    type: list
+    elements: str
+    default: []
 author:
   - tunefleet developers
 """
@@ -67,6 +105,15 @@ refused:
   returned: always
   type: list
   elements: str
+files_changed:
+  description: Paths of O(files) that were written or removed (or would be in check mode).
+  returned: always
+  type: list
+  elements: str
+recorded:
+  description: Entries new to the ledger in this call, per section (empty without O(recorded_by)).
+  returned: always
+  type: dict
 """
 
 
@@ -179,6 +226,68 @@ def _undo(written: list) -> None:
             _write(change["path"], change["before"])
 
 
+FILE_STATES = ("present", "absent")
+
+
+def plan_files(files: list) -> tuple:
+    """Each owned file against what is on disk: (changes, errors); reads only."""
+    changes, errors = [], []
+    for spec in files:
+        path, state = spec.get("path"), spec.get("state", "present")
+        if not isinstance(path, str) or not os.path.isabs(path) or os.path.normpath(path) != path:
+            errors.append(f"{path}: files[].path must be a normalised absolute path")
+            continue
+        if state not in FILE_STATES:
+            errors.append(f"{path}: state {state!r} is not one of {', '.join(FILE_STATES)}")
+            continue
+        content, mode = spec.get("content"), str(spec.get("mode", "0644"))
+        if state == "present" and not isinstance(content, str):
+            errors.append(f"{path}: no content (a string) to write")
+            continue
+        if state == "present" and not (len(mode) in (3, 4) and all(c in "01234567" for c in mode)):
+            errors.append(f"{path}: mode {mode!r} is not an octal mode")
+            continue
+        try:
+            current = snapshot_file("/", path)
+        except LedgerError as exc:
+            errors.append(str(exc))
+            continue
+        before = current.get("content", "") if current["state"] == "file" and current.get("encoding") == "utf-8" else ""
+        if state == "absent":
+            if current["state"] != "absent":
+                changes.append({"path": path, "state": "absent", "before": before, "after": "",
+                                "before_mode": current.get("mode", "")})
+            continue
+        wanted = {"state": "file", "content": content, "mode": f"{int(mode, 8):04o}", "uid": 0, "gid": 0}
+        if any(current.get(key) != value for key, value in wanted.items()):
+            changes.append({"path": path, "state": "present", "before": before, "after": content,
+                            "before_mode": current.get("mode", ""), "mode": wanted["mode"]})
+    return changes, errors
+
+
+def apply_files(changes: list) -> None:
+    for change in changes:
+        path = change["path"]
+        if change["state"] == "absent":
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            continue
+        missing, parent = [], os.path.dirname(path)
+        while not os.path.isdir(parent):
+            missing.append(parent)
+            parent = os.path.dirname(parent)
+        for directory in reversed(missing):
+            os.mkdir(directory, 0o755)
+            os.chmod(directory, 0o755)  # whatever the umask
+        write_file_atomically(path, change["after"].encode("utf-8"), int(change["mode"], 8), 0, 0)
+
+
+def file_diffs(changes: list) -> list:
+    return [{"before_header": f"{c['path']} ({c['before_mode'] or 'absent'})",
+             "after_header": f"{c['path']} ({c.get('mode') or 'absent'})",
+             "before": c["before"], "after": c["after"]} for c in changes]
+
+
 def diff_text(changes: list, side: str) -> str:
     return "".join(f"{change['path']} = {change[side]}\n" for change in changes)
 
@@ -189,36 +298,60 @@ def main() -> None:
             "values": {"type": "dict", "required": True},
             "tolerate_eio": {"type": "bool", "default": False},
             "labels": {"type": "dict", "default": {}},
+            "files": {"type": "list", "elements": "dict", "default": []},
+            "recorded_by": {"type": "str", "default": ""},
+            "ledger_path": {"type": "path", "default": DEFAULT_LEDGER_PATH},
+            "refuse": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
     )
-    changes, errors = plan(module.params["values"])
-    labels = module.params["labels"]
+    p = module.params
+    if p["refuse"]:
+        module.fail_json(msg="nothing was changed: " + "; ".join(p["refuse"]), errors=p["refuse"])
+    changes, errors = plan(p["values"])
+    file_changes, file_errors = plan_files(p["files"])
+    labels = p["labels"]
 
     def named(text: str) -> str:  # every error starts with its path
         label = labels.get(text.split(": ", 1)[0])
         return f"{label}: {text}" if label else text
 
-    errors = [named(error) for error in errors]
+    errors = [named(error) for error in errors] + file_errors
     if errors:
         module.fail_json(msg="nothing was changed: " + "; ".join(errors), errors=errors)
+    recorded = {}
+    if p["recorded_by"]:
+        # After validation (a refused input leaves no ledger), before the first write.
+        try:
+            recorded = record("/", p["ledger_path"], sorted(p["values"]), [f["path"] for f in p["files"]], [], None,
+                              recorded_by=p["recorded_by"], check_mode=module.check_mode)
+        except (LedgerError, OSError) as exc:
+            module.fail_json(msg=f"nothing was changed: ledger {p['ledger_path']}: {exc}")
     refused = []
     if changes and not module.check_mode:
         try:
-            refused = apply(changes, module.params["tolerate_eio"])
+            refused = apply(changes, p["tolerate_eio"])
         except KernelValueError as exc:
-            module.fail_json(msg=named(str(exc)))
+            module.fail_json(msg=named(str(exc)), recorded=recorded)
+    if file_changes and not module.check_mode:
+        try:
+            apply_files(file_changes)
+        except OSError as exc:
+            module.fail_json(msg=f"{exc.filename}: cannot be written ({exc.strerror}); the live values stay applied",
+                             recorded=recorded)
     applied = [change for change in changes if change["path"] not in refused]
+    diffs = []
+    if applied:
+        diffs.append({"before_header": "live kernel values", "after_header": "live kernel values",
+                      "before": diff_text(applied, "before"), "after": diff_text(applied, "after")})
+    diffs.extend(file_diffs(file_changes))
     module.exit_json(
-        changed=bool(applied),
+        changed=bool(applied) or bool(file_changes) or any(recorded.values()),
         changes=applied,
         refused=refused,
-        diff={
-            "before_header": "live kernel values",
-            "after_header": "live kernel values",
-            "before": diff_text(applied, "before"),
-            "after": diff_text(applied, "after"),
-        },
+        files_changed=[c["path"] for c in file_changes],
+        recorded=recorded,
+        diff=diffs[0] if len(diffs) == 1 else diffs,
     )
 
 
