@@ -166,3 +166,34 @@ def test_real_kernel_refusal_is_undone_in_a_private_netns():
     assert seen["after_failure"] == seen["before"]  # tcp_fin_timeout=17 was put back
     assert seen["rmem"].split() == ["4096", "87380", "268435456"]
     assert seen["second_plan"] == []  # idempotent against the kernel's tab-separated output
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="owned files are root:root; the plan compares the owner")
+def test_owned_files_plan_write_and_then_are_unchanged(tmp_path):
+    drop_in = tmp_path / "etc/sysctl.d/90-tunefleet.conf"
+    stale = put(tmp_path / "etc/old.conf", "x = 1\n")
+    files = [{"path": str(drop_in), "content": "vm.swappiness = 0\n", "mode": "0644"},
+             {"path": stale, "state": "absent"}]
+    changes, errors = kv.plan_files(files)
+    assert errors == []
+    assert [(c["path"], c["before"], c["after"]) for c in changes] == [
+        (str(drop_in), "", "vm.swappiness = 0\n"), (stale, "x = 1\n", "")]
+    diffs = kv.file_diffs(changes)
+    assert diffs[0]["before_header"].endswith("(absent)") and diffs[0]["after_header"].endswith("(0644)")
+    kv.apply_files(changes)
+    assert drop_in.read_text() == "vm.swappiness = 0\n" and not os.path.exists(stale)
+    assert oct(drop_in.stat().st_mode & 0o777) == "0o644" and oct(drop_in.parent.stat().st_mode & 0o777) == "0o755"
+    assert kv.plan_files(files) == ([], [])  # the second run changes nothing
+    drop_in.chmod(0o600)
+    assert [c["path"] for c in kv.plan_files(files)[0]] == [str(drop_in)]  # a mode change is a change
+
+
+def test_bad_owned_files_are_named_before_anything_is_written(tmp_path):
+    (tmp_path / "etc").mkdir()
+    changes, errors = kv.plan_files([{"path": "etc/x.conf", "content": ""},
+                                     {"path": str(tmp_path / "a.conf"), "content": "", "mode": "0999"},
+                                     {"path": str(tmp_path / "etc"), "content": "x"}])
+    assert changes == []
+    assert errors[0] == "etc/x.conf: files[].path must be a normalised absolute path"
+    assert errors[1] == f"{tmp_path}/a.conf: mode '0999' is not an octal mode"
+    assert "is not a regular file" in errors[2]
