@@ -51,6 +51,15 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", default=None, help="where to write (default: the directory itself)")
     r.add_argument("--world-readable", action="store_true",
                    help="fleet reports readable by every user (default: owner only)")
+    for parser_ in (r, v):  # each node against the fleet baseline (verify.fleet.baseline)
+        parser_.add_argument("--baseline", metavar="FILE", help="fleet baseline (`tunefleet baseline`) to judge "
+                             "each node's figures against" + (" (with -i)" if parser_ is v else ""))
+        parser_.add_argument("--rules", metavar="FILE", help="YAML rules for --baseline: per check_id glob a floor, "
+                             "a percentage below the baseline or a within-node spread (default: 10%% FAIL, 5%% WARN)")
+
+    from verify.fleet.baseline_cli import add_parser as add_baseline_parser
+
+    add_baseline_parser(sub)
 
     b = sub.add_parser("bench", help="run one benchmark on this node")
     b.add_argument("name", help="benchmark name (see `tunefleet bench list`)")
@@ -72,12 +81,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "verify" and not args.inventory and (args.baseline or args.rules):
+        print("tunefleet verify: --baseline/--rules judge a fleet run: use them with -i INVENTORY "
+              "(or `tunefleet report DIR --baseline FILE`)", file=sys.stderr)
+        return 2
     if args.command == "verify" and args.inventory:
         from verify.fleet.run import main as run
     elif args.command == "verify":
         from verify.local_run import main as run
     elif args.command == "report":
         from verify.fleet.report import main as run
+    elif args.command == "baseline":
+        from verify.fleet.baseline_cli import main as run
     elif args.command == "bench":
         from verify.bench.cli import main as run
     elif args.command == "profiles":

@@ -40,7 +40,7 @@ from verify import bounded_load, desired, node, profiles  # noqa: E402
 from verify.bench import common, dcgm_parse, gds_parse, nccl_parse, perftest, perftest_parse  # noqa: E402
 from verify.checks import common as checks_common  # noqa: E402
 from verify.checks import conflicts, ethtool_params, gpu_query, limits, nccl_conf, path_mtu, peermem, versions  # noqa: E402
-from verify.fleet import model  # noqa: E402
+from verify.fleet import baseline, baseline_rules, model  # noqa: E402
 from verify.result import Status  # noqa: E402
 
 FIXTURES = REPO / "tests" / "fixtures"
@@ -275,6 +275,10 @@ PARSERS = [
     Parser("verify.fleet.model:parse_node_report",
            lambda d: model.parse_node_report(model.json_loads(d), "fuzzed.json", "h1"), (ValueError,),
            _fixture("fleet/node_report_ci_vm.json", "node/gpu_machine_report.json")),
+    Parser("verify.fleet.baseline_rules:load_rules", as_file(".yml", baseline_rules.load_rules),
+           (baseline_rules.RulesError,), _fixture("fleet/baseline_rules.yml")),
+    Parser("verify.fleet.baseline:load", as_file(".json", baseline.load), (baseline.BaselineError,),
+           _fixture("fleet/fleet_baseline_h200x2_h100x1.json")),
     Parser("verify.fleet.model:parse_crossnode", lambda d: model.parse_crossnode(model.json_loads(d)), (ValueError,),
            _fixture("fleet/crossnode_allreduce_gloo_2node.json")),
     Parser("verify.fleet.model:load_fleet_dir", in_root("/h1/report.json", lambda r: _fleet_report(r)), (),
@@ -367,6 +371,8 @@ EXEMPT = {
     "verify.fleet.model:_read_json": "json_loads of a file; fuzzed through parse_node_report/load_fleet_dir",
     "verify.fleet.multinode:_read_json": "reads this package's own engine output (torch_allreduce JSON)",
     "verify.fleet.report:read_addresses": "reads the address map playbooks/verify.yml writes; errors are LoadErrors",
+    "verify.fleet.baseline_rules:parse_rules": "inside load_rules, fuzzed with it",
+    "verify.fleet.baseline_cli:read_history": "opens the history through verify.history.store (its own refusals)",
     "verify.fleet.report:read_regressions": "reads the regression file the fleet run writes; errors are LoadErrors",
     "verify.bench.gpu_engine:Sampler._read": "NVML calls, no text parsed",
     "verify.bench.perftest:_read": "sysfs read with errors='replace'; fuzzed through discover_ports",

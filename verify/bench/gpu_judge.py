@@ -121,7 +121,7 @@ def judge(item: Figure, every: list, resolved: Optional[Threshold], spread_pct: 
     floor, how = floor_for(item.kind, item.peak, resolved)
     clocks = "; ".join(f"GPU {i}: {gpu_clocks.describe(w)}" for i, w in item.windows.items()) \
         if len(item.windows) > 1 else gpu_clocks.describe(next(iter(item.windows.values()), None))
-    details = {"floor_source": how, "nvml": {str(i): w for i, w in item.windows.items()},
+    details = {"floor_source": how, "unit": unit, "nvml": {str(i): w for i, w in item.windows.items()},
                "raw": {k: v for k, v in item.raw.items() if k != "nvml"}}
     if item.peak is not None:
         details["physical_peak"] = item.peak.to_dict()

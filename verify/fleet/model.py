@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from verify.fleet.baseline import hardware_of
 from verify.fleet.outliers import MEASUREMENT_ROLES
 from verify.fleet.uniformity import fleet_versions
 from verify.result import CheckResult, Status
@@ -21,7 +22,8 @@ CROSSNODE_GLOB = "crossnode-*.json"
 # Written by the fleet report itself; never read back as a node report.
 ADDRESSES_NAME = "fleet_addresses.json"  # host -> addresses, for blaming path MTU failures
 REGRESSIONS_NAME = "fleet_regressions.json"  # written by verify.history for the fleet report
-FLEET_OUTPUT_NAMES = frozenset({"fleet_report.json", ADDRESSES_NAME, REGRESSIONS_NAME})
+BASELINE_NAME = "fleet_baseline.json"  # `tunefleet baseline`'s default output (verify.fleet.baseline)
+FLEET_OUTPUT_NAMES = frozenset({"fleet_report.json", ADDRESSES_NAME, REGRESSIONS_NAME, BASELINE_NAME})
 PARALLEL_FROM = 2000
 CLEAN = frozenset({Status.PASS.value, Status.SKIP.value})
 
@@ -37,6 +39,7 @@ class NodeReport:
     statuses: dict = field(default_factory=dict)  # check_id -> status value, every result
     versions: dict = field(default_factory=dict)  # flattened version facts (outliers.versions_of)
     source: str = ""
+    hardware: str = ""  # the profile it is judged against in a fleet baseline (verify.fleet.baseline)
 
     def add(self, result: CheckResult) -> None:
         self.statuses[result.check_id] = result.status.value
@@ -67,7 +70,8 @@ def parse_node_report(data: Any, origin: str, fallback_host: str = "") -> NodeRe
     host = _host_name(data, facts) or fallback_host
     if not host:
         raise ReportFormatError("the report names no host")
-    node = NodeReport(host=host, results=[], versions=fleet_versions(facts), source=origin)
+    node = NodeReport(host=host, results=[], versions=fleet_versions(facts), source=origin,
+                      hardware=hardware_of(data, facts))
     for index, item in enumerate(raw_results):
         _take_result(node, item, index)
     return node

@@ -34,9 +34,12 @@ def main(args) -> int:
         print(f"tunefleet report: unknown format(s) {', '.join(unknown)}; choose from {', '.join(FORMATS)}",
               file=sys.stderr)
         return 2
+    from verify.fleet.baseline import from_args, judge
+
     try:
+        judging = from_args(args)  # a bad --baseline/--rules is refused before anything is read or written
         nodes, errors = load_fleet_dir(args.directory)
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, ValueError) as exc:
         print(f"tunefleet report: {exc}", file=sys.stderr)
         return 2
     for error in errors:
@@ -44,7 +47,8 @@ def main(args) -> int:
     if not nodes:
         print(f"tunefleet report: no readable node report under {args.directory}", file=sys.stderr)
         return 2
-    summary = build_summary(nodes, errors, read_addresses(Path(args.directory), errors))
+    summary = build_summary(nodes, errors, read_addresses(Path(args.directory), errors),
+                            baseline_findings=judge(nodes, *judging) if judging else None)
     summary.regressions = read_regressions(Path(args.directory), errors)
     out_dir = Path(args.out or args.directory)
     try:
@@ -135,7 +139,9 @@ def to_json(summary: FleetSummary) -> dict:
     [{metric, host, value, unit, fleet_median, modified_z, reason}]; version_drift [{key, host,
     value, majority, majority_hosts, reason}]; regressions [{host, check_id, value, baseline_median, runs,
     change_percent, limit_percent, unit, reason}] and config_drift [{host, key, before, after, previous_run,
-    reason}] against each host's own history (verify.history); load_errors [{path, message}].
+    reason}] against each host's own history (verify.history); baseline [{host, metric, value, unit, status,
+    profile, baseline, reference, rule, reason}] against the fleet baseline (--baseline, verify.fleet.baseline);
+    load_errors [{path, message}].
     """
     return {
         "schema": SCHEMA,
@@ -153,6 +159,7 @@ def to_json(summary: FleetSummary) -> dict:
         "version_drift": [d.to_dict() for d in summary.drift],
         "regressions": summary.regressions.get("regressions", []),
         "config_drift": summary.regressions.get("drift", []),
+        "baseline": [f.to_dict() for f in summary.baseline],
         "load_errors": [e.to_dict() for e in summary.load_errors],
     }
 
@@ -226,6 +233,9 @@ def to_markdown(summary: FleetSummary, title: str) -> str:
         out += ["## Regressions against each host's own history", ""]
         out += [f"- **{r['host']}**: {_md(r['reason'])}" for r in summary.regressions.get("regressions", [])]
         out += [f"- **{d['host']}**: {_md(d['reason'])}" for d in summary.regressions.get("drift", [])] + [""]
+    if summary.baseline:
+        out += ["## Below the fleet baseline", ""]
+        out += [f"- **{f.host}** {f.status}: {_md(f.reason())}" for f in summary.baseline] + [""]
     clean = [row.host for row in summary.rows if not row.problems]
     if clean:
         shown = ", ".join(clean[:50]) + (f" and {len(clean) - 50} more" if len(clean) > 50 else "")
@@ -274,6 +284,9 @@ def terminal_summary(summary: FleetSummary) -> str:
             lines.append(f"  {row.worst:5} {row.host}: {first.check_id}: {first.reason}{more}")
     if summary.regressions.get("regressions"):
         lines.append(f"  {len(summary.regressions['regressions'])} regression(s) against the hosts' own history")
+    if summary.baseline:
+        lines.append(f"  {len(summary.baseline)} figure(s) below the fleet baseline on "
+                     f"{len({f.host for f in summary.baseline})} host(s)")
     if summary.load_errors:
         lines.append(f"  {len(summary.load_errors)} node report(s) could not be read")
     return "\n".join(lines)

@@ -96,6 +96,9 @@ def main(args) -> int:
 
     try:
         check_profile(getattr(args, "profile", None))
+        from verify.fleet.baseline import from_args as baseline_from_args
+
+        baseline_from_args(args)  # a bad --baseline/--rules is refused before any node is touched
         check_inventory(args.inventory, args.limit)
         history = prepare_history(args)  # refused before anything runs, like a bad inventory
     except (InventoryError, ValueError, HistoryError) as exc:
@@ -119,7 +122,25 @@ def main(args) -> int:
     # Recorded on the controller (nodes keep none: noderun passes --no-history), the fleet report rebuilt
     # with each host's regressions against its own past, the verdicts acted on (verify.history).
     finish_fleet(history, str(run_dir))
+    judge_against_baseline(args, run_dir)
     return finish(outcome.rc, outcome.status, run_dir, progress)
+
+
+def judge_against_baseline(args, run_dir: Path) -> None:
+    """With --baseline: the fleet report rebuilt with each node judged against it (verify.fleet.baseline),
+    before its verdict sets the exit code."""
+    if not getattr(args, "baseline", None) or not (run_dir / "fleet_report.json").is_file():
+        return
+    import argparse
+    import contextlib
+    import io
+
+    from verify.fleet.report import main as rebuild
+
+    with contextlib.redirect_stdout(io.StringIO()):  # the summary is printed once, by finish()
+        rebuild(argparse.Namespace(directory=str(run_dir), format="json,md,html,junit", out=None,
+                                   world_readable=getattr(args, "world_readable", False),
+                                   baseline=args.baseline, rules=getattr(args, "rules", None)))
 
 
 def check_profile(name: Optional[str]) -> None:

@@ -41,6 +41,8 @@ class FleetSummary:
     curves: dict = field(default_factory=dict)  # check_id -> host -> [(size, busbw)]
     # Each host against its own history (verify.history: fleet_regressions.json of the run), {} without one.
     regressions: dict = field(default_factory=dict)
+    # Each host against the fleet baseline (verify.fleet.baseline: --baseline FILE), [] without one.
+    baseline: list = field(default_factory=list)
 
     @property
     def host_counts(self) -> dict:
@@ -63,15 +65,22 @@ class FleetSummary:
         return 0
 
 
-def build_summary(nodes: list, load_errors: list, addresses: Optional[dict] = None) -> FleetSummary:
-    """addresses (host -> its addresses) lets path MTU failures be blamed on the host they point at."""
+def build_summary(nodes: list, load_errors: list, addresses: Optional[dict] = None,
+                  baseline_findings: Optional[list] = None) -> FleetSummary:
+    """addresses (host -> its addresses) lets path MTU failures be blamed on the host they point at;
+    baseline_findings (verify.fleet.baseline.judge) become fleet.baseline.* rows on their hosts."""
     blamed = blame_path_mtu(nodes, addresses) if addresses else {}
     metrics = outlier_maths.metric_values(nodes)
-    found_outliers = outlier_maths.fleet_outliers(metrics)
+    found_outliers = _outliers_per_hardware(nodes, metrics)
     drift = outlier_maths.version_drift(nodes)
     fleet_findings = _fleet_findings(found_outliers, drift)
     for host, findings in blamed.items():
         fleet_findings.setdefault(host, []).extend(findings)
+    if baseline_findings:
+        from verify.fleet.baseline import as_results
+
+        for host, findings in as_results(baseline_findings).items():
+            fleet_findings.setdefault(host, []).extend(findings)
     rows = [_host_row(node, fleet_findings.get(node.host, [])) for node in nodes]
     rows.sort(key=lambda r: (HOST_ORDER.index(r.worst), -len(r.problems), r.host))
     return FleetSummary(
@@ -82,7 +91,20 @@ def build_summary(nodes: list, load_errors: list, addresses: Optional[dict] = No
         load_errors=load_errors,
         metrics=metrics,
         curves=_curves(nodes),
+        baseline=list(baseline_findings or []),
     )
+
+
+def _outliers_per_hardware(nodes: list, metrics: dict) -> list:
+    """Outliers among hosts of the same hardware profile (NodeReport.hardware): in a fleet of H200s and
+    H100s every H100 is 'slow' against the H200s' median, and none of them is sick."""
+    groups: dict = {}
+    for node in nodes:
+        groups.setdefault(node.hardware, []).append(node)
+    if len(groups) < 2:
+        return outlier_maths.fleet_outliers(metrics)
+    found = [o for group in groups.values() for o in outlier_maths.fleet_outliers(outlier_maths.metric_values(group))]
+    return sorted(found, key=lambda o: (o.metric, -abs(o.modified_z), o.host))
 
 
 def _fleet_findings(found_outliers: list, drift: list) -> dict:
