@@ -8,6 +8,7 @@ jitter; one planted host is slow. The nodes are then loaded, judged and reported
 """
 from __future__ import annotations
 
+import argparse
 import copy
 import json
 import math
@@ -268,6 +269,38 @@ def test_report_lists_the_slow_node_beside_outliers_and_fails(good_run, slow_run
     assert json.loads((tmp_path / "plain" / "fleet_report.json").read_text())["baseline"] == []
 
 
+def test_html_report_has_the_baseline_section(good_run, slow_run, tmp_path):
+    saved = tmp_path / "b.json"
+    assert cli.main(["baseline", str(good_run), "--no-history", "--out", str(saved)]) == 0
+    assert cli.main(["report", str(slow_run), "--baseline", str(saved), "--out", str(tmp_path / "o"),
+                     "--format", "html,junit"]) == 1
+    html = (tmp_path / "o" / "fleet_report.html").read_text(encoding="utf-8")
+    section = html.split('<ul id="baseline">')[1].split("</ul>")[0]
+    assert section.count("<li") == 1 and f"<b>{SLOW}</b> FAIL: bench.gpu_hbm.gpu0" in section
+    junit = (tmp_path / "o" / "fleet_report.junit.xml").read_text(encoding="utf-8")
+    assert 'name="fleet.baseline.bench.gpu_hbm.gpu0"><failure' in junit
+
+
+def test_fleet_run_refuses_bad_rules_before_any_node_and_judges_after(good_run, slow_run, tmp_path, capsys):
+    from verify.fleet import run
+
+    bad = tmp_path / "rules.yaml"
+    bad.write_text("rules:\n  - match: 'bench.*'\n    floor: -1\n", encoding="utf-8")
+    saved = tmp_path / "b.json"
+    assert cli.main(["baseline", str(good_run), "--no-history", "--out", str(saved)]) == 0
+    inventory = tmp_path / "missing-inventory"  # never read: the rules are refused first
+    assert cli.main(["verify", "-i", str(inventory), "--baseline", str(saved), "--rules", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "rules[0].floor (bench.*): -1 is negative" in err and "inventory" not in err
+    # After the playbook: the run's fleet report rebuilt against the baseline sets the exit code.
+    assert cli.main(["report", str(slow_run), "--format", "json"]) == 0
+    args = argparse.Namespace(baseline=str(saved), rules=None, world_readable=False)
+    run.judge_against_baseline(args, slow_run)
+    lines = []
+    assert run.finish(0, "successful", slow_run, run.Progress(write=lambda _: None), write=lines.append) == 1
+    assert f"  FAIL  {SLOW}: fleet.baseline.bench.gpu_hbm.gpu0: bench.gpu_hbm.gpu0" in "\n".join(lines)
+
+
 def test_default_baseline_file_in_the_run_directory_is_not_read_as_a_node_report(good_run):
     assert cli.main(["baseline", str(good_run), "--no-history"]) == 0
     assert (good_run / "fleet_baseline.json").is_file()
@@ -313,6 +346,8 @@ def test_bad_rules_are_refused_naming_the_key_before_anything_is_written(good_ru
      f"profiles.{H100_KEY}.metrics.bench.gpu_hbm.gpu0.median: -1.0 is not a finite"),
     (lambda d: d["profiles"][H100_KEY]["metrics"]["bench.gpu_hbm.gpu0"].update(mad="x"), ".mad: 'x'"),
     (lambda d: d.update(profiles=[]), "'profiles' must map"),
+    (lambda d: d["profiles"][H200_PROFILE]["metrics"]["bench.gpu_hbm.gpu1"].update(p10="low"), "gpu1.p10: 'low'"),
+    (lambda d: d["profiles"][H200_PROFILE]["metrics"]["bench.gpu_hbm.gpu1"].update(unit=3), "gpu1.unit must be text"),
 ])
 def test_a_bad_baseline_file_is_refused_naming_the_key(good_run, tmp_path, mutate, named, capsys):
     document = baseline.build(load_fleet_dir(str(good_run))[0])

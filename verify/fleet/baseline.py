@@ -144,11 +144,15 @@ def validate(data: Any, origin: str) -> dict:
             where = f"{origin}: profiles.{name}.metrics.{metric}"
             if not isinstance(entry, dict):
                 raise BaselineError(f"{where} must be a mapping")
-            for key in ("median", "mad"):
+            for key in ("median", "mad", "p10", "p90", "min", "max", "hosts"):
                 value = entry.get(key)
+                if value is None and key not in ("median", "mad"):
+                    continue  # written by every tunefleet baseline, but only the median is needed to judge
                 if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
                         or value < 0:
                     raise BaselineError(f"{where}.{key}: {value!r} is not a finite, non-negative number")
+            if not isinstance(entry.get("unit", ""), str):
+                raise BaselineError(f"{where}.unit must be text")
             if not isinstance(entry.get("higher_is_better", True), bool):
                 raise BaselineError(f"{where}.higher_is_better must be true or false")
     return data
