@@ -11,11 +11,8 @@
 #     no traceback, JSON with bench.nccl_allreduce ERROR "interrupted (SIGINT)", and no process
 #     left on the GPUs (nvidia-smi --query-compute-apps) or running the engine.
 set -uo pipefail
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-out=${OUT:-$(mktemp -d)}
-mkdir -p "$out"
-work=$(mktemp -d /tmp/tunefleet-loop.XXXXXX)
-chmod 700 "$work"
+. "$(dirname "$0")/lib.sh"
+device_workdir loop
 gpus=$(nvidia-smi -L | wc -l)
 echo "GPUs: $gpus"
 

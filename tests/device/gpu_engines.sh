@@ -15,18 +15,12 @@
 # as separate small files, $OUT/fixtures/gpu_{engine,burn}_<model>x<GPUs>*.stdout: the engine's raw
 # payloads, named for tests/fixtures/bench/ (see the README there).
 set -uo pipefail
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-export PYTHONPATH=$PWD
-out=${OUT:-$(mktemp -d)}  # runs as root: never a fixed name in /tmp
-mkdir -p "$out"
-work=$(mktemp -d /tmp/tunefleet-gpu-engines.XXXXXX)
-chmod 700 "$work"
-summary=$work/summary.txt
-py=python3
+. "$(dirname "$0")/lib.sh"
+device_workdir gpu-engines
 verify=($py -m verify verify --local --format json,md)
+show='^benchmarks|^skipped|^profile|^hardware|^(PASS|WARN|FAIL|ERROR|SKIP) +bench\.gpu'
 compete=""
 
-note() { echo "$*" | tee -a "$summary"; }
 finish() {
   [ -n "$compete" ] && kill "$compete" 2>/dev/null && wait "$compete" 2>/dev/null
   note "== CHECK totals: $(grep -c '^CHECK PASS' "$summary") PASS, $(grep -c '^CHECK FAIL' "$summary") FAIL"
@@ -46,36 +40,6 @@ finish() {
 }
 trap finish EXIT
 
-run_verify() {  # run_verify NAME [verify args...]: reports in $work/NAME, log in $work/NAME.log
-  local name=$1; shift
-  local start end
-  start=$(date +%s.%N)
-  "${verify[@]}" --out "$work/$name" "$@" >"$work/$name.log" 2>&1
-  local rc=$?
-  end=$(date +%s.%N)
-  note "== $name: exit $rc, $(awk -v a="$start" -v b="$end" 'BEGIN{printf "%.1f", b-a}') s wall for the whole command"
-  grep -E '^benchmarks|^skipped|^profile|^hardware|^(PASS|WARN|FAIL|ERROR|SKIP) +bench\.gpu' "$work/$name.log" | tee -a "$summary"
-  return 0
-}
-# check NAME PYTHON-EXPRESSION MESSAGE: judge a report.json (rows: check_id -> result, bench: run.bench)
-check() {
-  $py - "$work/$1/report.json" "$2" "$3" <<'PY' | tee -a "$summary"
-import json, sys
-path, expr, message = sys.argv[1:4]
-try:
-    report = json.load(open(path))
-except OSError as exc:
-    print(f"CHECK FAIL {message}: no report ({exc})"); sys.exit(0)
-rows = {r["check_id"]: r for r in report["results"]}
-bench = report["run"].get("bench") or {}
-gpu = {k: r for k, r in rows.items() if k.startswith("bench.gpu")}
-try:
-    ok, why = eval(expr, {"rows": rows, "bench": bench, "report": report, "gpu": gpu}), ""
-except (KeyError, TypeError, ValueError, StopIteration) as exc:
-    ok, why = False, f" ({type(exc).__name__}: {exc})"
-print(f"CHECK {'PASS' if ok else 'FAIL'} {message}{why}")
-PY
-}
 rows_table() {  # every bench.gpu row with its reason (clocks next to the figure), for the note
   $py - "$work/$1/report.json" <<'PY' | tee -a "$summary"
 import json, sys
@@ -157,10 +121,7 @@ while time.monotonic() < stop:
         a @ a
     torch.cuda.synchronize(1)
 PY
-  CUDA_DEVICE_ORDER=PCI_BUS_ID $py "$work/compete.py" 240 >"$work/compete.log" 2>&1 &
-  compete=$!
-  for _ in $(seq 60); do grep -q running "$work/compete.log" && break; kill -0 "$compete" 2>/dev/null || break; sleep 1; done
-  grep -q running "$work/compete.log" || { note "competing matmul did not start:"; tail -3 "$work/compete.log" | tee -a "$summary"; }
+  CUDA_DEVICE_ORDER=PCI_BUS_ID start_competitor 240 "competing matmul"
   run_verify b_competing_matmul --bench gpu
   kill "$compete" 2>/dev/null; wait "$compete" 2>/dev/null; compete=""
   rows_table b_competing_matmul

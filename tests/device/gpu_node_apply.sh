@@ -9,8 +9,9 @@ out=${OUT:-$(mktemp -d)}
 log=$(mktemp -d)
 site=$(mktemp -d)
 collections=$(mktemp -d)
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export PYTHONUNBUFFERED=1 ANSIBLE_FORCE_COLOR=0
+. "$(dirname "$0")/lib.sh"
+device_env
+export ANSIBLE_FORCE_COLOR=0
 python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" .whl/*.whl || exit 3
 export PYTHONPATH=$site
 mkdir -p "$collections/ansible_collections/tunefleet"

@@ -13,46 +13,10 @@
 # On a 1-GPU machine (b) and (d) are skipped; (a) must show the all-reduce SKIP "needs 2 ranks" and no
 # figure above its link's peak. Runs verify from this checkout (no install): python3 -m verify.
 set -uo pipefail
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-export PYTHONPATH=$PWD
-out=${OUT:-$(mktemp -d)}  # runs as root: never a fixed name in /tmp
-mkdir -p "$out"
-work=$(mktemp -d /tmp/tunefleet-main-job.XXXXXX)
-chmod 700 "$work"
-summary=$work/summary.txt
-py=python3
+. "$(dirname "$0")/lib.sh"
+device_workdir main-job
 verify=($py -m verify verify --local --format json,md,html)
-
-note() { echo "$*" | tee -a "$summary"; }
-run_verify() {  # run_verify NAME [verify args...]: reports in $work/NAME, log in $work/NAME.log
-  local name=$1; shift
-  local start end
-  start=$(date +%s.%N)
-  "${verify[@]}" --out "$work/$name" "$@" >"$work/$name.log" 2>&1
-  local rc=$?
-  end=$(date +%s.%N)
-  note "== $name: exit $rc, $(awk -v a="$start" -v b="$end" 'BEGIN{printf "%.1f", b-a}') s wall for the whole command"
-  grep -E '^benchmarks|^skipped|^profile|^hardware|^(PASS|WARN|FAIL|ERROR|SKIP) +bench' "$work/$name.log" | tee -a "$summary"
-  return 0
-}
-# check NAME PYTHON-EXPRESSION MESSAGE: judge a report.json (rows: check_id -> result, bench: run.bench)
-check() {
-  $py - "$work/$1/report.json" "$2" "$3" <<'PY' | tee -a "$summary"
-import json, sys
-path, expr, message = sys.argv[1:4]
-try:
-    report = json.load(open(path))
-except OSError as exc:
-    print(f"CHECK FAIL {message}: no report ({exc})"); sys.exit(0)
-rows = {r["check_id"]: r for r in report["results"]}
-bench = report["run"].get("bench") or {}
-try:
-    ok, why = eval(expr, {"rows": rows, "bench": bench, "report": report}), ""
-except (KeyError, TypeError, ValueError) as exc:
-    ok, why = False, f" ({type(exc).__name__}: {exc})"
-print(f"CHECK {'PASS' if ok else 'FAIL'} {message}{why}")
-PY
-}
+show='^benchmarks|^skipped|^profile|^hardware|^(PASS|WARN|FAIL|ERROR|SKIP) +bench'
 
 {
   note "== machine"
@@ -87,21 +51,8 @@ else
 fi
 
 # (c) a competing pinned H2D copy loop on GPU 0
-cat >"$work/compete.py" <<'PY'
-import sys, time, torch
-host = torch.empty(1 << 30, dtype=torch.uint8, pin_memory=True)
-dev = torch.empty(1 << 30, dtype=torch.uint8, device="cuda:0")
-print("competing H2D copy on GPU 0 running", flush=True)
-stop = time.monotonic() + float(sys.argv[1])
-while time.monotonic() < stop:
-    for _ in range(8):
-        dev.copy_(host, non_blocking=True)
-    torch.cuda.synchronize()
-PY
-$py "$work/compete.py" 240 >"$work/compete.log" 2>&1 &
-compete=$!
-for _ in $(seq 60); do grep -q running "$work/compete.log" && break; kill -0 "$compete" 2>/dev/null || break; sleep 1; done
-grep -q running "$work/compete.log" || { note "competing copy did not start:"; tail -3 "$work/compete.log" | tee -a "$summary"; }
+h2d_competitor
+start_competitor 240 "competing copy"
 run_verify c_competing_copy
 kill "$compete" 2>/dev/null; wait "$compete" 2>/dev/null
 check c_competing_copy 'rows["bench.h2d.gpu0"]["status"] == "FAIL"' "competing copy: bench.h2d.gpu0 FAIL"
@@ -159,8 +110,5 @@ else
   note "== d_fidelity: skipped (needs 2 GPUs and .carry/nccl-tests)"
 fi
 
-note "== summary: $(grep -c '^CHECK PASS' "$summary") checks passed, $(grep -c '^CHECK FAIL' "$summary") failed"
 rm -rf "$work/nccl-tests-build"
-tar -C "$(dirname "$work")" -czf "$out/verify_main_job.tar.gz" "$(basename "$work")"
-echo "packed: $out/verify_main_job.tar.gz"
-grep -E '^(CHECK|==)' "$summary"
+pack verify_main_job
