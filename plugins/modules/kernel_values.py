@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.tunefleet.gpu_node.plugins.module_utils.kernel_rules import (
@@ -74,6 +75,15 @@ options:
     description: Where the ledger lives on the node.
     type: path
     default: /var/lib/tunefleet/ledger.json
+  units:
+    description:
+      - systemd units the role owns, each C(name) with C(state=enabled) (enabled and started after the
+        files are written, with a daemon-reload first when a file under C(/etc/systemd/) changed) or
+        C(state=absent) (stopped and disabled before its files are removed). Without systemd as the
+        service manager they are left alone, with a warning.
+    type: list
+    elements: dict
+    default: []
   refuse:
     description:
       - Problems the controller found in the role's variables (each naming the variable); any at all
@@ -110,6 +120,11 @@ files_changed:
   returned: always
   type: list
   elements: str
+units_changed:
+  description: Units enabled, started, stopped or disabled (or that would be), each with before and after.
+  returned: always
+  type: list
+  elements: dict
 recorded:
   description: Entries new to the ledger in this call, per section (empty without O(recorded_by)).
   returned: always
@@ -288,6 +303,36 @@ def file_diffs(changes: list) -> list:
              "before": c["before"], "after": c["after"]} for c in changes]
 
 
+UNIT_STATES = ("enabled", "absent")
+_UNIT_NAME = re.compile(r"^[A-Za-z0-9@._:-]+\.(service|timer|socket|path)$")
+
+
+def unit_problems(units: list) -> list:
+    return [f"units: {unit!r} needs a unit name (e.g. x.service) and state enabled or absent"
+            for unit in units
+            if not isinstance(unit.get("name"), str) or not _UNIT_NAME.match(unit["name"])
+            or unit.get("state", "enabled") not in UNIT_STATES]
+
+
+def unit_state(run, name: str) -> dict:
+    """systemctl's own words (enabled/disabled/not-found, active/inactive), as the ledger records them."""
+    _, enabled, _ = run(["systemctl", "is-enabled", name])
+    _, active, _ = run(["systemctl", "is-active", name])
+    return {"enabled": (enabled.strip().splitlines() or ["not-found"])[0],
+            "active": (active.strip().splitlines() or ["unknown"])[0]}
+
+
+def unit_steps(unit: dict, state: dict) -> list:
+    """The systemctl verbs that bring one unit where it should be (empty when it is there)."""
+    if unit.get("state", "enabled") == "absent":
+        return ["disable", "stop"] if state["enabled"] == "enabled" or state["active"] == "active" else []
+    return ([] if state["enabled"] == "enabled" else ["enable"]) + ([] if state["active"] == "active" else ["start"])
+
+
+def unit_text(changes: list, side: str) -> str:
+    return "".join(f"{c['name']}: enabled={c[side]['enabled']} active={c[side]['active']}\n" for c in changes)
+
+
 def diff_text(changes: list, side: str) -> str:
     return "".join(f"{change['path']} = {change[side]}\n" for change in changes)
 
@@ -302,6 +347,7 @@ def main() -> None:
             "recorded_by": {"type": "str", "default": ""},
             "ledger_path": {"type": "path", "default": DEFAULT_LEDGER_PATH},
             "refuse": {"type": "list", "elements": "str", "default": []},
+            "units": {"type": "list", "elements": "dict", "default": []},
         },
         supports_check_mode=True,
     )
@@ -316,15 +362,34 @@ def main() -> None:
         label = labels.get(text.split(": ", 1)[0])
         return f"{label}: {text}" if label else text
 
-    errors = [named(error) for error in errors] + file_errors
+    errors = [named(error) for error in errors] + file_errors + unit_problems(p["units"])
     if errors:
         module.fail_json(msg="nothing was changed: " + "; ".join(errors), errors=errors)
+    systemd = os.path.isdir("/run/systemd/system") and module.get_bin_path("systemctl") is not None
+
+    def run(argv: list) -> tuple:
+        if not systemd:
+            return None, "", "not systemd"
+        return module.run_command(argv)
+
+    def systemctl(verb: str, name: str = "") -> None:
+        rc, out, err = module.run_command(["systemctl", verb] + ([name] if name else []))
+        if rc != 0:
+            module.fail_json(msg=f"systemctl {verb} {name}: {(err or out).strip()} (exit {rc})", recorded=recorded,
+                             files_changed=[c["path"] for c in file_changes])
+
+    units = p["units"] if systemd else []
+    wanted = [u["name"] for u in p["units"] if u.get("state", "enabled") == "enabled"]
+    if wanted and not systemd:
+        module.warn("the service manager here is not systemd: " + ", ".join(wanted)
+                    + " written but not enabled, so the setting is not applied again at boot")
     recorded = {}
     if p["recorded_by"]:
         # After validation (a refused input leaves no ledger), before the first write.
         try:
-            recorded = record("/", p["ledger_path"], sorted(p["values"]), [f["path"] for f in p["files"]], [], None,
-                              recorded_by=p["recorded_by"], check_mode=module.check_mode)
+            recorded = record("/", p["ledger_path"], sorted(p["values"]), [f["path"] for f in p["files"]],
+                              [u["name"] for u in p["units"]], run, recorded_by=p["recorded_by"],
+                              check_mode=module.check_mode)
         except (LedgerError, OSError) as exc:
             module.fail_json(msg=f"nothing was changed: ledger {p['ledger_path']}: {exc}")
     refused = []
@@ -333,20 +398,45 @@ def main() -> None:
             refused = apply(changes, p["tolerate_eio"])
         except KernelValueError as exc:
             module.fail_json(msg=named(str(exc)), recorded=recorded)
+    unit_changes = []
+    for unit in units:
+        before = unit_state(run, unit["name"])
+        steps = unit_steps(unit, before)
+        if steps:
+            enabling = unit.get("state", "enabled") == "enabled"
+            after = {"enabled": "enabled" if enabling else "disabled", "active": "active" if enabling else "inactive"}
+            unit_changes.append({"name": unit["name"], "state": unit.get("state", "enabled"), "steps": steps,
+                                 "before": before, "after": after})
+    if not module.check_mode:  # stop before the unit file goes
+        for change in unit_changes:
+            if change["state"] == "absent":
+                for verb in change["steps"]:
+                    systemctl(verb, change["name"])
     if file_changes and not module.check_mode:
         try:
             apply_files(file_changes)
         except OSError as exc:
             module.fail_json(msg=f"{exc.filename}: cannot be written ({exc.strerror}); the live values stay applied",
                              recorded=recorded)
+    if units and not module.check_mode:
+        if any(c["path"].startswith("/etc/systemd/") for c in file_changes):
+            systemctl("daemon-reload")
+        for change in unit_changes:
+            if change["state"] == "enabled":
+                for verb in change["steps"]:
+                    systemctl(verb, change["name"])
     applied = [change for change in changes if change["path"] not in refused]
     diffs = []
     if applied:
         diffs.append({"before_header": "live kernel values", "after_header": "live kernel values",
                       "before": diff_text(applied, "before"), "after": diff_text(applied, "after")})
     diffs.extend(file_diffs(file_changes))
+    if unit_changes:
+        diffs.append({"before_header": "systemd units", "after_header": "systemd units",
+                      "before": unit_text(unit_changes, "before"), "after": unit_text(unit_changes, "after")})
     module.exit_json(
-        changed=bool(applied) or bool(file_changes) or any(recorded.values()),
+        changed=bool(applied) or bool(file_changes) or bool(unit_changes) or any(recorded.values()),
+        units_changed=unit_changes,
         changes=applied,
         refused=refused,
         files_changed=[c["path"] for c in file_changes],

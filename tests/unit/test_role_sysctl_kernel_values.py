@@ -197,3 +197,21 @@ def test_bad_owned_files_are_named_before_anything_is_written(tmp_path):
     assert errors[0] == "etc/x.conf: files[].path must be a normalised absolute path"
     assert errors[1] == f"{tmp_path}/a.conf: mode '0999' is not an octal mode"
     assert "is not a regular file" in errors[2]
+
+
+@pytest.mark.parametrize(("state", "seen", "steps"), [
+    ("enabled", {"enabled": "disabled", "active": "inactive"}, ["enable", "start"]),
+    ("enabled", {"enabled": "not-found", "active": "inactive"}, ["enable", "start"]),  # file about to be written
+    ("enabled", {"enabled": "enabled", "active": "active"}, []),  # the second run changes nothing
+    ("enabled", {"enabled": "enabled", "active": "failed"}, ["start"]),
+    ("absent", {"enabled": "enabled", "active": "active"}, ["disable", "stop"]),
+    ("absent", {"enabled": "not-found", "active": "inactive"}, []),  # never installed: nothing to stop
+])
+def test_owned_units_take_only_the_steps_they_need(state, seen, steps):
+    assert kv.unit_steps({"name": "tunefleet-thp.service", "state": state}, seen) == steps
+
+
+def test_bad_units_are_named():
+    problems = kv.unit_problems([{"name": "ok.service"}, {"name": "../x.service"},
+                                 {"name": "x.service", "state": "on"}])
+    assert len(problems) == 2 and "'../x.service'" in problems[0] and "'on'" in problems[1]
