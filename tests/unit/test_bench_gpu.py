@@ -24,10 +24,9 @@ from verify.result import Status
 HEALTH = Path(__file__).resolve().parent.parent / "fixtures" / "node" / "health"
 H100_CMD = HEALTH / "h100x1" / "cmd"
 NVLINK_STATUS = FIXTURES.parent / "node" / "gpu_machine" / "nvidia-smi-nvlink-status.txt"
-# The 2x H200 run's figures and NVML readings transcribed from its log (tests/fixtures/bench/README.md);
-# the device script's raw payloads (fixtures/gpu_engine_h200x2.stdout, gpu_burn_h200x2.stdout) replace them.
-ENGINE_H200X2 = "gpu_engine_h200x2_transcribed.stdout"
-BURN_H200X2 = "gpu_burn_h200x2_transcribed.stdout"
+# Raw engine payloads from tests/device/gpu_engines.sh on each machine (tests/fixtures/bench/README.md).
+ENGINE_H200X2 = "gpu_engine_h200x2.stdout"  # raw capture, 2x H200
+BURN_H200X2 = "gpu_burn_h200x2.stdout"  # raw capture, 2x H200, 10 s
 ENGINE_H100X1 = "gpu_engine_h100x1.stdout"  # raw capture, 1x H100
 BURN_H100X1 = "gpu_burn_h100x1.stdout"  # raw capture, 1x H100, 10 s at the power cap
 
@@ -141,14 +140,14 @@ def test_a_profile_floor_fails_every_gpu_under_it_even_when_they_agree():
 
 def test_a_gpu_below_its_peers_median_fails_above_the_derived_floor_and_the_other_passes():
     data = payload()
-    data["per_gpu"][1]["hbm"]["gbps"] = 3600.0  # above 0.7 x 4917 = 3442, 16% under GPU 0
+    data["per_gpu"][1]["hbm"]["gbps"] = 3600.0  # above 0.7 x 4814 = 3370 (NVML: 6016-bit), 15% under GPU 0
     rows = rows_of(gpu.run(None, None, engine_node(data), {}))
     slow = rows["bench.gpu_hbm.gpu1"]
     assert slow.status is Status.FAIL
     median = data["per_gpu"][0]["hbm"]["gbps"]
     assert f"GPU 1 HBM copy (read+write) 3600.0 GB/s, node median {median:.0f} ({1 - 3600 / median:.0%} below, " \
            "limit 10%)" in slow.reason
-    assert "passes the floor 3442" in slow.reason  # the floor alone would have let it through (WARN band)
+    assert "passes the floor 3370" in slow.reason  # the floor alone would have let it through (WARN band)
     assert rows["bench.gpu_hbm.gpu0"].status is Status.PASS
     # Configurable: 20% lets it through.
     looser = rows_of(gpu.run(None, None, engine_node(data), {"spread_pct": 20.0}))
@@ -179,7 +178,7 @@ def test_a_slowdown_sampled_during_the_matmul_fails_naming_that_gpu():
     assert capped.status is Status.PASS and "sw_power_cap" in capped.reason
 
 
-@pytest.mark.parametrize("where, value, peak", [(("per_gpu", 0, "hbm", "gbps"), 5000.0, "4917"),
+@pytest.mark.parametrize("where, value, peak", [(("per_gpu", 0, "hbm", "gbps"), 5000.0, "4814"),
                                                 (("per_gpu", 1, "matmul", "tflops"), 1200.0, "1071"),
                                                 (("pairs", 0, "gbps"), 500.0, "478.1"),
                                                 (("per_gpu", 0, "hbm", "gbps"), float("nan"), None)])

@@ -2,7 +2,7 @@
 judged against it by the operator's rules.
 
 The fleet is built from real captures: the 2x H200 node report (tests/fixtures/node/gpu_machine_report.json)
-and the GPU engine payloads of the 1x H100 (raw) and 2x H200 (transcribed) machines, turned into verdict
+and the GPU engine payloads of the 1x H100 and 2x H200 machines (raw captures), turned into verdict
 rows by the real `verify.bench.gpu.run` through the real Node. Each host's figures carry a small seeded
 jitter; one planted host is slow. The nodes are then loaded, judged and reported by the real code and CLI.
 """
@@ -89,7 +89,7 @@ def node_report(host: str, rows: list, h100: dict = None) -> dict:
 def write_fleet(directory: Path, seed: int, slow: dict = None, spread_host: str = "") -> Path:
     """6 H200 hosts and 4 H100 hosts; slow = {host: hbm factor}; spread_host's GPU 1 matmul at 0.9."""
     rng = random.Random(seed)
-    h200 = read_result(fixture("gpu_engine_h200x2_transcribed.stdout"))
+    h200 = read_result(fixture("gpu_engine_h200x2.stdout"))
     h100 = read_result(fixture("gpu_engine_h100x1.stdout"))
     slow = slow or {}
     for index in range(6):
