@@ -56,7 +56,7 @@ $(STAMP): $(RUNTIME_STAMP)
 
 system-deps:
 	@missing=""; \
-	for pkg in podman runc debootstrap fio chromium iproute2 iputils-ping ethtool; do \
+	for pkg in podman runc debootstrap fio chromium iproute2 iputils-ping ethtool slurmctld slurmd slurm-client munge; do \
 	  dpkg -s $$pkg >/dev/null 2>&1 || missing="$$missing $$pkg"; \
 	done; \
 	if [ -n "$$missing" ]; then \
