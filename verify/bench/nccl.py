@@ -8,6 +8,7 @@ it sits far below peak), validates the output's shape and reads NCCL_DEBUG=INFO 
 from __future__ import annotations
 
 import glob
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Optional
@@ -279,6 +280,8 @@ def judge(
     curve = [p.to_dict() for p in measurement.points]
     largest = max(measurement.points, key=lambda p: p.size_bytes)
     observed = largest.busbw_gbps
+    if isinstance(observed, float) and math.isfinite(observed):
+        observed = round(observed, 2)  # the curve in details keeps every digit the engine printed
     details = {
         "engine": measurement.engine,
         "curve": curve,
