@@ -34,8 +34,8 @@ description:
   - Compares the way the kernel prints each file, so a second run reports no change
     (whitespace in C(/proc/sys) triples, the bracketed I/O scheduler, CPU lists such as C(0-3) vs C(0,1,2,3)).
   - In check mode nothing is written; the result and the diff say what would change, from what to what.
-  - With O(recorded_by), this one call is a whole role's work (issue 13: one module call per role
-    instead of a task per step) - refuse the problems the controller found, plan the live values and
+  - With O(recorded_by), this one call is a whole role's work (one module call per role instead
+    of a task per step) - refuse the problems the controller found, plan the live values and
     the owned O(files), record what they were in the ledger the first time, apply, read back, and
     return one diff per changed value set and file.
 options:
@@ -380,7 +380,7 @@ def main() -> None:
 
     units = p["units"] if systemd else []
     wanted = [u["name"] for u in p["units"] if u.get("state", "enabled") == "enabled"]
-    if wanted and not systemd:
+    if wanted and not systemd and not module.check_mode:  # check mode: the diff shows the unit file
         module.warn("the service manager here is not systemd: " + ", ".join(wanted)
                     + " written but not enabled, so the setting is not applied again at boot")
     recorded = {}

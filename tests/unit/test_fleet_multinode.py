@@ -47,7 +47,7 @@ def test_the_first_host_judges_the_measured_curve_and_the_others_record_taking_p
                                       "--nproc-per-node", "1", "--backend", "gloo", "--out", "x"])
     first = judge_run(payload, 0, "", args, {"verify": {"thresholds": {}}})
     assert first["check_id"] == CHECK_ID and first["status"] == "PASS"
-    assert first["observed"] == pytest.approx(measured["observed"])
+    assert first["observed"] == round(measured["observed"], 2)  # the report rounds busbw to 0.01 GB/s
     assert first["details"]["unit"] == "GB/s" and len(first["details"]["curve"]) == 3
     args.node_rank = 1
     assert "took part in the 2-node all-reduce judged on h0" in judge_run(None, 0, "", args, None)["reason"]
