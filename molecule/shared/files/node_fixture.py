@@ -15,7 +15,6 @@ Runs on the node with a bare python3 >= 3.9.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import stat
@@ -24,22 +23,10 @@ import sys
 from pathlib import Path
 from typing import Dict, List
 
-
-def _load_kernel_rules():
-    """The collection's kernel_rules.py (how the kernel prints values), standard library only: next to
-    this script on a test node (prepare.yml installs it there), else in the checkout it sits in."""
-    here = Path(__file__).resolve().parent
-    checkout = here.parent.parent.parent  # molecule/shared/files -> the repository
-    for source in (here / "kernel_rules.py", checkout / "plugins" / "module_utils" / "kernel_rules.py"):
-        if source.is_file():
-            spec = importlib.util.spec_from_file_location("tunefleet_kernel_rules", source)
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-            return module
-    raise ImportError(f"kernel_rules.py is neither next to {__file__} nor in the checkout around it")
-
-
-kernel_rules = _load_kernel_rules()
+# node_state.py ships beside this script (prepare.yml installs both) and already loads the
+# collection's kernel rules: take them from there instead of a second loader.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from node_state import kernel_rules  # noqa: E402
 
 FACT_FILE = Path("/etc/ansible/facts.d/tunefleet_molecule.fact")
 LOOP_BACKING_FILE = Path("/var/tmp/tunefleet-molecule-loop.img")
