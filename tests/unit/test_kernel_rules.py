@@ -37,7 +37,6 @@ from verify.checks import conflicts, storage, sysctl  # noqa: E402
 from verify.result import Status  # noqa: E402
 
 kernel_values = load_plugin("modules", "kernel_values")
-memory_thp = load_plugin("modules", "memory_thp")
 sysctl_filters = load_plugin("filter", "sysctl_tuning")
 network_filters = load_plugin("filter", "network_tuning")
 
@@ -149,7 +148,7 @@ CHOICES = [
 def test_every_caller_reads_the_active_choice_alike(text, active, offered, tmp_path):
     assert kernel_rules.parse_choices(text) == (active, offered)
     assert verify.kernel_rules.parse_choices(text) == (active, offered)
-    assert memory_thp.parse_modes(text) == (active, offered)
+    assert kernel_values.current_value("/sys/kernel/mm/transparent_hugepage/enabled", text) == (active or text.strip())
     assert preflight_checks.choices(text) == offered
     assert kernel_values.offered_schedulers(text) == offered
     # Where the file holds no bracketed choice each caller keeps its own fallback.

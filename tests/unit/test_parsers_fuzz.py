@@ -160,7 +160,6 @@ def _plugin(kind: str, name: str):
 
 
 kernel_values = _plugin("modules", "kernel_values")
-memory_thp = _plugin("modules", "memory_thp")
 gpu_persistence = _plugin("modules", "gpu_persistence")
 nic_info = _plugin("modules", "nic_info")
 cpu_governor = _plugin("modules", "cpu_governor")
@@ -291,9 +290,9 @@ PARSERS = [
     Parser("plugins.modules.kernel_values:current_value",
            lambda d: kernel_values.current_value("/sys/block/vda/queue/scheduler", text(d)), (),
            _fixture("preflight/vda_scheduler")),
-    Parser("plugins.modules.memory_thp:read_mode",
-           in_root("/kernel/mm/transparent_hugepage/enabled", lambda r: memory_thp.read_mode(r, "enabled")),
-           (memory_thp.ThpError,), _fixture("preflight/thp_enabled", "preflight/thp_defrag")),
+    Parser("plugins.modules.kernel_values:current_value/thp",
+           lambda d: kernel_values.current_value("/sys/kernel/mm/transparent_hugepage/enabled", text(d)), (),
+           _fixture("preflight/thp_enabled", "preflight/thp_defrag")),
     Parser("plugins.modules.gpu_persistence:parse_query", lambda d: gpu_persistence.parse_query(text(d)),
            (gpu_persistence.PersistenceError,),
            _fixture("role_gpu/nvidia-smi_query-gpu_h100-80gb-hbm3_590.48.01.csv",
@@ -380,7 +379,6 @@ EXEMPT = {
     "plugins.modules.cpu_governor:_read": "fuzzed through read_governors",
     "plugins.modules.nic_info:_read": "fuzzed through read_nic",
     "plugins.modules.kernel_values:_read": "open().read() with errors='replace'; current_value is fuzzed",
-    "plugins.modules.memory_thp:parse_modes": "fuzzed through read_mode",
     "plugins.modules.block_device_info:_read": "moved to module_utils/block_devices (helper B's)",
     "plugins.modules.block_device_info:read_device": "moved to module_utils/block_devices (helper B's)",
     "plugins.module_utils.block_devices:*": "helper B's new module; not fuzzed yet (see the report)",

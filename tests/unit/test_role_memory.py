@@ -1,98 +1,139 @@
-"""memory role: huge page and THP modules against fake and real kernel trees, and the cmdline filters."""
+"""memory role: the THP modes through kernel_values, the huge page module against fake and real
+kernel trees, and the cmdline filters."""
 from __future__ import annotations
 
+import errno
+import json
 from pathlib import Path
 
 import pytest
 import yaml
+from ansible.module_utils.testing import patch_module_args
 
 from tests.helpers.plugins import load_plugin
 
 ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests/fixtures/preflight"
 
 
 hugepages = load_plugin("modules", "memory_hugepages")
-thp = load_plugin("modules", "memory_thp")
+kv = load_plugin("modules", "kernel_values")
 memory_filters = load_plugin("filter", "memory")
+ROLE_VARS = yaml.safe_load((ROOT / "roles/memory/vars/main.yml").read_text())
 
 
-# --- transparent huge pages -------------------------------------------------------------
+# --- transparent huge pages: the role's one kernel_values call -------------------------------
 
-def make_thp(root: Path, enabled: str = "always [madvise] never",
-             defrag: str = "always defer defer+madvise [madvise] never") -> Path:
-    base = root / "kernel/mm/transparent_hugepage"
-    base.mkdir(parents=True)
-    (base / "enabled").write_text(enabled + "\n")
-    (base / "defrag").write_text(defrag + "\n")
-    return base
+THP = "/sys/kernel/mm/transparent_hugepage"
+ENABLED, DEFRAG = f"{THP}/enabled", f"{THP}/defrag"
 
 
-class BracketingFile:
-    """sysfs THP files print every mode with the selected one in brackets; a plain file would
-    echo back what was written, so the fake rewrites itself the way the kernel prints it."""
+class ThpKernel:
+    """kernel_values' own /sys I/O pointed at files under tmp_path (the module keeps its real
+    paths, so it treats them as THP choice files). A write acts as the kernel's: an offered mode
+    becomes the bracketed one, any other word is refused with EINVAL."""
 
-    @staticmethod
-    def settle(base: Path) -> None:
-        for name in ("enabled", "defrag"):
-            text = (base / name).read_text().strip()
-            if "[" not in text:
-                offered = {"enabled": "always madvise never",
-                           "defrag": "always defer defer+madvise madvise never"}[name].split()
-                (base / name).write_text(" ".join(f"[{m}]" if m == text else m for m in offered) + "\n")
+    def __init__(self, tmp_path: Path, monkeypatch, enabled: str, defrag: str) -> None:
+        self.base, self.writes = tmp_path / "transparent_hugepage", []
+        self.base.mkdir()
+        (self.base / "enabled").write_text(enabled)
+        (self.base / "defrag").write_text(defrag)
+        real_read = kv._read
+        monkeypatch.setattr(kv, "_read", lambda path: real_read(self.file(path)))
+        monkeypatch.setattr(kv, "_write", self.write)
+
+    def file(self, path: str) -> str:
+        assert path.startswith(THP + "/"), path  # nothing else is read or written here
+        return str(self.base / Path(path).name)
+
+    def shown(self, name: str) -> str:
+        return (self.base / name).read_text()
+
+    def write(self, path: str, value: str) -> None:
+        self.writes.append((path, value))
+        offered = self.shown(Path(path).name).replace("[", "").replace("]", "").split()
+        if value.strip() not in offered:
+            raise OSError(errno.EINVAL, "Invalid argument", path)
+        (self.base / Path(path).name).write_text(
+            " ".join(f"[{mode}]" if mode == value.strip() else mode for mode in offered) + "\n")
 
 
-def test_thp_reads_the_bracketed_mode():
-    assert thp.parse_modes("always defer defer+madvise [madvise] never") == (
-        "madvise", ["always", "defer", "defer+madvise", "madvise", "never"])
+@pytest.fixture
+def thp(tmp_path, monkeypatch):
+    # Captured from the CI machine's kernel: always [madvise] never / ... [madvise] never.
+    return ThpKernel(tmp_path, monkeypatch, (FIXTURES / "thp_enabled").read_text(),
+                     (FIXTURES / "thp_defrag").read_text())
 
 
-def test_thp_check_mode_reports_and_writes_nothing(tmp_path):
-    base = make_thp(tmp_path)
-    result = thp.apply(str(tmp_path), {"enabled": "always", "defrag": "madvise"}, check_mode=True)
+def run_kernel_values(capsys, check_mode: bool, **values) -> dict:
+    """The module's main() with the role's labels, as the role calls it (no ledger: tested in test_ledger)."""
+    args = {"values": {f"{THP}/{name}": mode for name, mode in values.items()},
+            "labels": ROLE_VARS["__memory_thp_labels"], "_ansible_check_mode": check_mode, "_ansible_diff": True}
+    with patch_module_args(args), pytest.raises(SystemExit):
+        kv.main()
+    return json.loads(capsys.readouterr().out)
+
+
+def test_thp_files_are_choice_files_named_by_their_variables():
+    values, labels = ROLE_VARS["__memory_thp_values"], ROLE_VARS["__memory_thp_labels"]
+    assert sorted(values) == sorted(labels) == [DEFRAG, ENABLED]
+    assert all(kv._kind(path) == "choice" for path in values)
+    assert {labels[path]: values[path] for path in values} == {
+        "memory_thp_enabled": "{{ memory_thp_enabled }}", "memory_thp_defrag": "{{ memory_thp_defrag }}"}
+
+
+def test_thp_compares_the_bracketed_mode(thp):
+    assert kv.current_value(DEFRAG, thp.shown("defrag")) == "madvise"
+    assert kv.plan({ENABLED: "madvise", DEFRAG: "madvise"}) == ([], [])
+    assert kv.plan({ENABLED: "always"}) == ([{"path": ENABLED, "before": "madvise", "after": "always"}], [])
+
+
+def test_thp_check_mode_reports_and_writes_nothing(thp, capsys):
+    result = run_kernel_values(capsys, True, enabled="always", defrag="madvise")
     assert result["changed"] is True
-    assert result["paths"] == [str(base / "enabled")]
-    assert result["settings"]["enabled"]["before"] == "madvise"
-    assert result["settings"]["enabled"]["after"] == "always"
-    assert "enabled: madvise" in result["diff"]["before"] and "enabled: always" in result["diff"]["after"]
-    assert (base / "enabled").read_text().strip() == "always [madvise] never"
+    assert result["changes"] == [{"path": ENABLED, "before": "madvise", "after": "always"}]
+    assert result["diff"]["before"] == f"{ENABLED} = madvise\n" and result["diff"]["after"] == f"{ENABLED} = always\n"
+    assert thp.writes == [] and thp.shown("enabled") == "always [madvise] never\n"
 
 
-def test_thp_writes_only_what_differs(tmp_path, monkeypatch):
-    base = make_thp(tmp_path)
-    real_read = thp.read_mode
-
-    def read_as_kernel(root, name):
-        BracketingFile.settle(base)
-        return real_read(root, name)
-
-    monkeypatch.setattr(thp, "read_mode", read_as_kernel)
-    result = thp.apply(str(tmp_path), {"enabled": "always", "defrag": "madvise"}, check_mode=False)
-    assert result["changed"] is True and result["paths"] == [str(base / "enabled")]
-    assert (base / "enabled").read_text().strip() == "[always] madvise never"
-    again = thp.apply(str(tmp_path), {"enabled": "always", "defrag": "madvise"}, check_mode=False)
-    assert again["changed"] is False
+def test_thp_writes_only_what_differs_then_nothing(thp, capsys):
+    result = run_kernel_values(capsys, False, enabled="always", defrag="madvise")
+    assert result["changed"] is True and [c["path"] for c in result["changes"]] == [ENABLED]
+    assert thp.writes == [(ENABLED, "always")] and thp.shown("enabled") == "[always] madvise never\n"
+    again = run_kernel_values(capsys, False, enabled="always", defrag="madvise")
+    assert again["changed"] is False and again["changes"] == [] and len(thp.writes) == 1
 
 
-def test_thp_mode_not_offered_is_refused_before_writing(tmp_path):
-    base = make_thp(tmp_path, enabled="always [never]")
-    with pytest.raises(thp.ThpError, match=r"memory_thp_enabled 'madvise' is not offered .*always never"):
-        thp.apply(str(tmp_path), {"enabled": "madvise", "defrag": "madvise"}, check_mode=False)
-    assert (base / "enabled").read_text().strip() == "always [never]"
-
-
-def test_thp_absent_kernel_is_skipped(tmp_path):
-    result = thp.apply(str(tmp_path), {"enabled": "madvise", "defrag": "madvise"}, check_mode=False)
-    assert result["thp"] is False and result["changed"] is False
+def test_thp_mode_not_offered_is_refused_before_writing(tmp_path, monkeypatch, capsys):
+    # A kernel that offers no madvise: the defrag change asked with it is not written either.
+    thp = ThpKernel(tmp_path, monkeypatch, "always [never]\n", "always defer [madvise] never\n")
+    result = run_kernel_values(capsys, False, enabled="madvise", defrag="never")
+    assert result["failed"] is True
+    assert result["msg"] == (f"nothing was changed: memory_thp_enabled: {ENABLED}: "
+                             "mode 'madvise' is not offered (offered: always never)")
+    assert thp.writes == [] and thp.shown("defrag") == "always defer [madvise] never\n"
 
 
 def test_thp_plan_on_this_machine():
-    # Real kernel files, read only: the dev machine's kernel has THP (ENVIRONMENT.md).
-    current = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+    # Real kernel files, read only.
+    if not Path(ENABLED).exists():
+        pytest.skip("this kernel has no transparent huge pages")
+    current = Path(ENABLED).read_text()
     selected = current[current.index("[") + 1:current.index("]")]
-    result = thp.apply("/sys", {"enabled": selected, "defrag": "madvise"}, check_mode=True)
-    assert result["thp"] is True
-    assert result["settings"]["enabled"]["before"] == selected
-    assert "enabled" not in [Path(p).name for p in result["paths"]]
+    assert kv.plan({ENABLED: selected}) == ([], [])
+    offered = current.replace("[", "").replace("]", "").split()
+    other = next(mode for mode in offered if mode != selected)
+    assert kv.plan({ENABLED: other}) == ([{"path": ENABLED, "before": selected, "after": other}], [])
+
+
+def test_default_run_is_one_module_call():
+    # Issue 13: with no huge pages asked, every task but the kernel_values call is gated off
+    # (the THP stat only runs without the preflight fact).
+    tasks = yaml.safe_load((ROOT / "roles/memory/tasks/main.yml").read_text())
+    unconditional = [task["name"] for task in tasks if "when" not in task]
+    assert unconditional == ["Set and persist the THP modes, drop-ins and boot units"]
+    call = next(task for task in tasks if "tunefleet.gpu_node.kernel_values" in task)
+    assert call["tunefleet.gpu_node.kernel_values"]["recorded_by"] == "memory"
 
 
 # --- 2 MiB huge pages --------------------------------------------------------------------
