@@ -357,6 +357,9 @@ def check_storage(root: str, variables: Dict[str, Any]) -> List[Problem]:
         patterns = []
     if not isinstance(patterns, list) or not all(isinstance(p, str) and p for p in patterns):
         return [Problem("storage_device_patterns", patterns, "must be a list of glob patterns such as 'nvme*n*'")]
+    bad = [p for p in patterns if any(c in p for c in '/" \t\n')]
+    if bad:
+        return [Problem("storage_device_patterns", bad, "are not device-name globs (no '/', quotes or spaces)")]
     allow_no_match = as_bool(variables.get("storage_allow_no_match", False))
     if allow_no_match is None:
         problems.append(Problem("storage_allow_no_match", variables["storage_allow_no_match"],
@@ -512,7 +515,8 @@ def check_reboot(variables: Dict[str, Any]) -> List[Problem]:
 ROLE_PREFIXES = ("sysctl_", "network_", "storage_", "gpu_", "memory_", "limits_", "cpu_", "reboot_",
                  "preflight_", "verify_", "tunefleet_")
 # Facts the roles set for each other while they run (the reboot role reads them).
-ROLE_OUTPUTS = re.compile(r"^([a-z]+_reboot_(required|reason)|reboot_rebooted)$")
+# tunefleet_node: what this module read for the roles (node_reads.py), a fact once preflight ran.
+ROLE_OUTPUTS = re.compile(r"^([a-z]+_reboot_(required|reason)|reboot_rebooted|tunefleet_node)$")
 
 
 def check_variable_names(defined: List[str], known: List[str]) -> List[Problem]:

@@ -2,12 +2,15 @@
 """Turn GPU persistence mode on now, only where nvidia-smi reports it Disabled."""
 from __future__ import annotations
 
-import csv
-import io
-from dataclasses import dataclass
 from typing import List
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.tunefleet.gpu_node.plugins.module_utils.gpu_node import (
+    PERSISTENCE_QUERY,
+    GpuPersistence,
+    PersistenceError,
+    parse_query,
+)
 
 DOCUMENTATION = r"""
 module: gpu_persistence
@@ -33,49 +36,6 @@ gpus:
 """
 
 
-QUERY = ["--query-gpu=index,pci.bus_id,persistence_mode", "--format=csv"]
-
-
-class PersistenceError(ValueError):
-    pass
-
-
-@dataclass
-class GpuPersistence:
-    index: str
-    bus_id: str
-    mode: str
-
-
-def _column_name(header: str) -> str:
-    """'fan.speed [%]' -> 'fan.speed': nvidia-smi appends units to some header cells."""
-    return header.strip().split(" [", 1)[0]
-
-
-def parse_query(text: str) -> List[GpuPersistence]:
-    """Rows of an `nvidia-smi --query-gpu=... --format=csv` answer that includes the three columns."""
-    try:
-        rows = [row for row in csv.reader(io.StringIO(text), skipinitialspace=True) if row]
-    except csv.Error as exc:  # a field over csv's size limit, a NUL byte
-        raise PersistenceError(f"nvidia-smi answer is not CSV: {exc}") from None
-    if not rows:
-        raise PersistenceError("nvidia-smi printed nothing for the persistence query")
-    header = [_column_name(cell) for cell in rows[0]]
-    missing = [name for name in ("index", "pci.bus_id", "persistence_mode") if name not in header]
-    if missing:
-        raise PersistenceError(f"nvidia-smi answer has no column {', '.join(missing)}: {rows[0][:4]}")
-    at = {name: header.index(name) for name in ("index", "pci.bus_id", "persistence_mode")}
-    gpus = []
-    for row in rows[1:]:
-        if len(row) != len(header):
-            raise PersistenceError(f"nvidia-smi row has {len(row)} cells, header has {len(header)}")
-        mode = row[at["persistence_mode"]].strip()
-        if mode not in ("Enabled", "Disabled"):
-            raise PersistenceError(f"GPU {row[at['index']]}: persistence mode {mode!r} (expected Enabled or Disabled)")
-        gpus.append(GpuPersistence(row[at["index"]].strip(), row[at["pci.bus_id"]].strip(), mode))
-    return gpus
-
-
 def _report(before: List[GpuPersistence], after: List[GpuPersistence]) -> dict:
     after_by_bus = {gpu.bus_id: gpu.mode for gpu in after}
     gpus = [{"index": g.index, "bus_id": g.bus_id, "before": g.mode, "after": after_by_bus.get(g.bus_id, g.mode)}
@@ -93,7 +53,7 @@ def main() -> None:
     smi = module.params["nvidia_smi"]
 
     def query() -> List[GpuPersistence]:
-        rc, out, err = module.run_command([smi] + QUERY)
+        rc, out, err = module.run_command([smi] + PERSISTENCE_QUERY)
         if rc != 0:
             module.fail_json(msg=f"nvidia-smi persistence query failed (rc {rc}): {(err or out).strip()}")
         try:

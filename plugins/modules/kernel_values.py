@@ -17,6 +17,7 @@ from ansible_collections.tunefleet.gpu_node.plugins.module_utils.kernel_rules im
 from ansible_collections.tunefleet.gpu_node.plugins.module_utils.ledger_core import (
     DEFAULT_LEDGER_PATH,
     LedgerError,
+    module_loaded,
     record,
     snapshot_file,
     write_file_atomically,
@@ -81,8 +82,17 @@ options:
         files are written, with a daemon-reload first when a file under C(/etc/systemd/) changed) or
         C(state=absent) (stopped and disabled before its files are removed). Without systemd as the
         service manager they are left alone, with a warning.
+      - C(restart_when_changed) lists paths of O(files) whose change must reach a running unit (a new
+        C(ExecStart)): the unit is restarted when one of them changed and it was already running.
     type: list
     elements: dict
+    default: []
+  kernel_modules:
+    description:
+      - Kernel modules to load now (C(modprobe)), after the files are written; recorded in the
+        ledger with O(recorded_by), so C(playbooks/restore.yml) unloads one that was not loaded before.
+    type: list
+    elements: str
     default: []
   refuse:
     description:
@@ -121,10 +131,15 @@ files_changed:
   type: list
   elements: str
 units_changed:
-  description: Units enabled, started, stopped or disabled (or that would be), each with before and after.
+  description: Units enabled, started, restarted, stopped or disabled (or that would be), each with before and after.
   returned: always
   type: list
   elements: dict
+modules_loaded:
+  description: Kernel modules of O(kernel_modules) that were loaded (or would be in check mode).
+  returned: always
+  type: list
+  elements: str
 recorded:
   description: Entries new to the ledger in this call, per section (empty without O(recorded_by)).
   returned: always
@@ -136,10 +151,17 @@ class KernelValueError(Exception):
     """A value that cannot be applied; the message names the path and the reason."""
 
 
+# Files that print a menu with the active choice bracketed (`[mq-deadline] none`, `always [madvise] never`);
+# a write selects one of the offered words.
+THP_DIR = "/sys/kernel/mm/transparent_hugepage/"
+
+
 def _kind(path: str) -> str:
     name = os.path.basename(path)
     if name == "scheduler":
         return "scheduler"
+    if path.startswith(THP_DIR) and name in ("enabled", "defrag", "shmem_enabled"):
+        return "choice"
     if name.endswith("_list") or name.endswith("cpulist"):
         return "cpulist"
     return "plain"
@@ -147,7 +169,7 @@ def _kind(path: str) -> str:
 
 def current_value(path: str, raw: str) -> str:
     """The value as it should be compared and reported (the selected scheduler, not the menu)."""
-    if _kind(path) == "scheduler":
+    if _kind(path) in ("scheduler", "choice"):
         active, _ = parse_choices(raw)
         return raw.strip() if active is None else active
     return normalise_value(raw)
@@ -192,8 +214,9 @@ def plan(values: dict) -> tuple:
         except OSError as exc:
             errors.append(f"{path}: cannot read ({exc.strerror})")
             continue
-        if _kind(path) == "scheduler" and wanted not in offered_schedulers(raw):
-            errors.append(f"{path}: scheduler {wanted!r} is not offered (offered: {' '.join(offered_schedulers(raw))})")
+        if _kind(path) in ("scheduler", "choice") and wanted not in offered_schedulers(raw):
+            what = "scheduler" if _kind(path) == "scheduler" else "mode"
+            errors.append(f"{path}: {what} {wanted!r} is not offered (offered: {' '.join(offered_schedulers(raw))})")
             continue
         if _kind(path) == "cpulist":
             try:
@@ -305,13 +328,19 @@ def file_diffs(changes: list) -> list:
 
 UNIT_STATES = ("enabled", "absent")
 _UNIT_NAME = re.compile(r"^[A-Za-z0-9@._:-]+\.(service|timer|socket|path)$")
+_KERNEL_MODULE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
 def unit_problems(units: list) -> list:
     return [f"units: {unit!r} needs a unit name (e.g. x.service) and state enabled or absent"
             for unit in units
             if not isinstance(unit.get("name"), str) or not _UNIT_NAME.match(unit["name"])
-            or unit.get("state", "enabled") not in UNIT_STATES]
+            or unit.get("state", "enabled") not in UNIT_STATES
+            or not isinstance(unit.get("restart_when_changed", []), list)]
+
+
+def kernel_module_problems(names: list) -> list:
+    return [f"kernel_modules: {name!r} is not a kernel module name" for name in names if not _KERNEL_MODULE.match(name)]
 
 
 def unit_state(run, name: str) -> dict:
@@ -322,11 +351,14 @@ def unit_state(run, name: str) -> dict:
             "active": (active.strip().splitlines() or ["unknown"])[0]}
 
 
-def unit_steps(unit: dict, state: dict) -> list:
+def unit_steps(unit: dict, state: dict, changed_files: frozenset = frozenset()) -> list:
     """The systemctl verbs that bring one unit where it should be (empty when it is there)."""
     if unit.get("state", "enabled") == "absent":
         return ["disable", "stop"] if state["enabled"] == "enabled" or state["active"] == "active" else []
-    return ([] if state["enabled"] == "enabled" else ["enable"]) + ([] if state["active"] == "active" else ["start"])
+    running = state["active"] == "active"
+    restart = running and bool(changed_files.intersection(unit.get("restart_when_changed", [])))
+    start = ["restart"] if restart else [] if running else ["start"]
+    return ([] if state["enabled"] == "enabled" else ["enable"]) + start
 
 
 def unit_text(changes: list, side: str) -> str:
@@ -348,6 +380,7 @@ def main() -> None:
             "ledger_path": {"type": "path", "default": DEFAULT_LEDGER_PATH},
             "refuse": {"type": "list", "elements": "str", "default": []},
             "units": {"type": "list", "elements": "dict", "default": []},
+            "kernel_modules": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
     )
@@ -362,7 +395,8 @@ def main() -> None:
         label = labels.get(text.split(": ", 1)[0])
         return f"{label}: {text}" if label else text
 
-    errors = [named(error) for error in errors] + file_errors + unit_problems(p["units"])
+    errors = ([named(error) for error in errors] + file_errors + unit_problems(p["units"])
+              + kernel_module_problems(p["kernel_modules"]))
     if errors:
         module.fail_json(msg="nothing was changed: " + "; ".join(errors), errors=errors)
     systemd = os.path.isdir("/run/systemd/system") and module.get_bin_path("systemctl") is not None
@@ -389,7 +423,7 @@ def main() -> None:
         try:
             recorded = record("/", p["ledger_path"], sorted(p["values"]), [f["path"] for f in p["files"]],
                               [u["name"] for u in p["units"]], run, recorded_by=p["recorded_by"],
-                              check_mode=module.check_mode)
+                              check_mode=module.check_mode, kernel_modules=p["kernel_modules"])
         except (LedgerError, OSError) as exc:
             module.fail_json(msg=f"nothing was changed: ledger {p['ledger_path']}: {exc}")
     refused = []
@@ -399,9 +433,10 @@ def main() -> None:
         except KernelValueError as exc:
             module.fail_json(msg=named(str(exc)), recorded=recorded)
     unit_changes = []
+    changed_files = frozenset(c["path"] for c in file_changes)
     for unit in units:
         before = unit_state(run, unit["name"])
-        steps = unit_steps(unit, before)
+        steps = unit_steps(unit, before, changed_files)
         if steps:
             enabling = unit.get("state", "enabled") == "enabled"
             after = {"enabled": "enabled" if enabling else "disabled", "active": "active" if enabling else "inactive"}
@@ -418,13 +453,21 @@ def main() -> None:
         except OSError as exc:
             module.fail_json(msg=f"{exc.filename}: cannot be written ({exc.strerror}); the live values stay applied",
                              recorded=recorded)
+    if systemd and not module.check_mode and any(c["path"].startswith("/etc/systemd/") for c in file_changes):
+        systemctl("daemon-reload")  # a drop-in for a unit this call does not manage (openibd) too
     if units and not module.check_mode:
-        if any(c["path"].startswith("/etc/systemd/") for c in file_changes):
-            systemctl("daemon-reload")
         for change in unit_changes:
             if change["state"] == "enabled":
                 for verb in change["steps"]:
                     systemctl(verb, change["name"])
+    modules_loaded = [name for name in p["kernel_modules"] if not module_loaded("/", name)]
+    if modules_loaded and not module.check_mode:
+        modprobe = module.get_bin_path("modprobe", opt_dirs=["/usr/sbin", "/sbin"], required=True)
+        for name in modules_loaded:
+            rc, out, err = module.run_command([modprobe, name])
+            if rc != 0:
+                module.fail_json(msg=f"modprobe {name}: {(err or out).strip()} (exit {rc}); the files stay written",
+                                 recorded=recorded, files_changed=[c["path"] for c in file_changes])
     applied = [change for change in changes if change["path"] not in refused]
     diffs = []
     if applied:
@@ -434,9 +477,14 @@ def main() -> None:
     if unit_changes:
         diffs.append({"before_header": "systemd units", "after_header": "systemd units",
                       "before": unit_text(unit_changes, "before"), "after": unit_text(unit_changes, "after")})
+    if modules_loaded:
+        diffs.append({"before_header": "kernel modules", "after_header": "kernel modules", "before": "",
+                      "after": "".join(f"{name} loaded\n" for name in modules_loaded)})
     module.exit_json(
-        changed=bool(applied) or bool(file_changes) or bool(unit_changes) or any(recorded.values()),
+        changed=bool(applied) or bool(file_changes) or bool(unit_changes) or bool(modules_loaded)
+        or any(recorded.values()),
         units_changed=unit_changes,
+        modules_loaded=modules_loaded,
         changes=applied,
         refused=refused,
         files_changed=[c["path"] for c in file_changes],

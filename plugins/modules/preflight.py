@@ -21,6 +21,11 @@ description:
     knows, with the closest known name.
   - Reads only; never changes the host. Fails with one message per problem, each naming the host,
     the variable and the value.
+  - When nothing is refused, returns what the roles of O(roles) plan with as the host fact
+    C(tunefleet_node), read once here instead of by a module call in each role (issue 13) - the
+    matching block devices, one C(scaling_governor) path per cpufreq policy, whether the kernel has
+    transparent huge pages, C(fs.nr_open), and the NVIDIA driver, nvidia-persistenced, nvidia_peermem,
+    openibd and the GPUs whose persistence mode is Disabled.
 version_added: "0.1.0"
 options:
   host:
@@ -63,6 +68,11 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+ansible_facts:
+  description: C(tunefleet_node), the reads of the enabled roles of O(roles) (only when nothing is refused).
+  returned: success
+  type: dict
+  sample: {"tunefleet_node": {"thp": true, "nr_open": 1048576, "cpu_governor_paths": []}}
 problems:
   description: One line per refused input (empty when the host can take everything).
   returned: always
@@ -72,7 +82,11 @@ problems:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.tunefleet.gpu_node.plugins.module_utils.preflight_checks import preflight  # noqa: E402
+from ansible_collections.tunefleet.gpu_node.plugins.module_utils.node_reads import read_node  # noqa: E402
+from ansible_collections.tunefleet.gpu_node.plugins.module_utils.preflight_checks import (  # noqa: E402
+    as_bool,
+    preflight,
+)
 
 
 def make_ip_details(module: AnsibleModule):
@@ -109,7 +123,17 @@ def main() -> None:
     if problems:
         module.fail_json(msg="preflight refused this host, nothing was changed:\n" + "\n".join(problems),
                          problems=problems)
-    module.exit_json(changed=False, problems=[])
+    enabled = [role for role in p["roles"] if as_bool(p["variables"].get(f"{role}_enabled", True))]
+
+    def which(name: str):
+        return module.get_bin_path(name, opt_dirs=["/usr/bin", "/usr/local/bin", "/usr/sbin", "/sbin"])
+
+    def module_known(name: str) -> bool:
+        modinfo = module.get_bin_path("modinfo", opt_dirs=["/usr/sbin", "/sbin"])
+        return bool(modinfo) and module.run_command([modinfo, "-n", name])[0] == 0
+
+    node = read_node(p["root"], p["variables"], enabled, which, module_known, module.run_command)
+    module.exit_json(changed=False, problems=[], ansible_facts={"tunefleet_node": node})
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ NODE_METHODS = {
 # Callables taking argv that are not Node runners (a different interface), with the reason.
 OTHER_INTERFACES = {
     "FakeSystemd": "plugins/module_utils ledger runner: run(argv) -> (rc, stdout, stderr)",
+    "ModuleRunCommand": "AnsibleModule.run_command as node_reads calls it: run(argv) -> (rc, stdout, stderr)",
 }
 
 

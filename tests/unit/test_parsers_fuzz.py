@@ -160,11 +160,11 @@ def _plugin(kind: str, name: str):
 
 
 kernel_values = _plugin("modules", "kernel_values")
-gpu_persistence = _plugin("modules", "gpu_persistence")
+gpu_node = _plugin("module_utils", "gpu_node")
 nic_info = _plugin("modules", "nic_info")
-cpu_governor = _plugin("modules", "cpu_governor")
+node_reads = _plugin("module_utils", "node_reads")
+reboot_marker = _plugin("modules", "reboot_marker")
 memory_hugepages = _plugin("modules", "memory_hugepages")
-gpu_facts = _plugin("modules", "gpu_facts")
 memory_filter = _plugin("filter", "memory")
 
 
@@ -293,8 +293,8 @@ PARSERS = [
     Parser("plugins.modules.kernel_values:current_value/thp",
            lambda d: kernel_values.current_value("/sys/kernel/mm/transparent_hugepage/enabled", text(d)), (),
            _fixture("preflight/thp_enabled", "preflight/thp_defrag")),
-    Parser("plugins.modules.gpu_persistence:parse_query", lambda d: gpu_persistence.parse_query(text(d)),
-           (gpu_persistence.PersistenceError,),
+    Parser("plugins.module_utils.gpu_node:parse_query", lambda d: gpu_node.parse_query(text(d)),
+           (gpu_node.PersistenceError,),
            _fixture("role_gpu/nvidia-smi_query-gpu_h100-80gb-hbm3_590.48.01.csv",
                     "role_gpu/nvidia-smi_query-gpu_l40s_595.80.csv")),
     Parser("plugins.modules.nic_info:parse_networkd_file", lambda d: nic_info.parse_networkd_file(text(d)), (),
@@ -303,15 +303,25 @@ PARSERS = [
            _fixture("sysfs_net/netplan_get_defined.txt", "sysfs_net/netplan_get_undefined.txt")),
     Parser("plugins.modules.nic_info:read_nic", in_root("/class/net/eth0/mtu", lambda r: nic_info.read_nic(r, "eth0")),
            (), [b"1500\n", b"9000\n"]),
-    Parser("plugins.modules.cpu_governor:read_governors",
-           in_root("/devices/system/cpu/cpu0/cpufreq/scaling_governor", cpu_governor.read_governors), (),
-           [b"performance\n", b"schedutil\n"]),
+    Parser("plugins.module_utils.node_reads:read_node",
+           in_root("/proc/sys/fs/nr_open", lambda r: node_reads.read_node(
+               r, {}, ["limits", "cpu", "memory"], lambda name: None, lambda name: False, lambda argv: (1, "", ""))),
+           (), [b"1048576\n", b"-1\n", b"\xff\x00"]),
     Parser("plugins.modules.memory_hugepages:default_page_kb", in_root("/meminfo", memory_hugepages.default_page_kb),
            (), _fixture(f"{CI_TREE}/proc/meminfo")),
     Parser("plugins.modules.memory_hugepages:_read_int", as_file("", memory_hugepages._read_int), (), [b"1024\n"]),
-    Parser("plugins.modules.gpu_facts:unit_exists",
+    Parser("plugins.modules.reboot_marker:parse_marker", lambda d: reboot_marker.parse_marker(text(d)), (),
+           [b'{"reasons": ["memory: 1 GiB huge pages"], "boot_id": "b1"}\n', b"[1]", b'{"boot_id": 3}']),
+    Parser("plugins.modules.reboot_marker:read_marker",
+           in_root("/var/lib/tunefleet/reboot-required",
+                   lambda r: reboot_marker.read_marker(r, "/var/lib/tunefleet/reboot-required")), (),
+           [b'{"reasons": ["x"], "boot_id": "b1"}\n', b"\xff\xfe"]),
+    Parser("plugins.modules.reboot_marker:read_boot_id",
+           in_root("/proc/sys/kernel/random/boot_id", reboot_marker.read_boot_id), (reboot_marker.MarkerError,),
+           [b"0b5c5f5e-5f3c-4e9a-9d0e-2f7b8c1a2d3e\n"]),
+    Parser("plugins.module_utils.gpu_node:unit_exists",
            in_root("/etc/systemd/system/nvidia-persistenced.service",
-                   lambda r: gpu_facts.unit_exists(r, "nvidia-persistenced.service")), (), [b"[Unit]\n"]),
+                   lambda r: gpu_node.unit_exists(r, "nvidia-persistenced.service")), (), [b"[Unit]\n"]),
     Parser("plugins.filter.memory:memory_cmdline_hugepages",
            lambda d: memory_filter.memory_cmdline_hugepages(text(d)), (AnsibleFilterError,),
            [b"BOOT_IMAGE=/vmlinuz root=UUID=x ro quiet hugepagesz=1G hugepages=8 default_hugepagesz=2M\n"]),
@@ -376,11 +386,9 @@ EXEMPT = {
     "verify.bench.gpu_engine:Sampler._read": "NVML calls, no text parsed",
     "verify.bench.perftest:_read": "sysfs read with errors='replace'; fuzzed through discover_ports",
     "verify.bench.odirect_read:read_direct": "a benchmark engine (O_DIRECT reads), not a parser",
-    "plugins.modules.cpu_governor:_read": "fuzzed through read_governors",
+    "plugins.module_utils.node_reads:_read": "fuzzed through read_node",
     "plugins.modules.nic_info:_read": "fuzzed through read_nic",
     "plugins.modules.kernel_values:_read": "open().read() with errors='replace'; current_value is fuzzed",
-    "plugins.modules.block_device_info:_read": "moved to module_utils/block_devices (helper B's)",
-    "plugins.modules.block_device_info:read_device": "moved to module_utils/block_devices (helper B's)",
     "plugins.module_utils.block_devices:*": "helper B's new module; not fuzzed yet (see the report)",
     "plugins.module_utils.preflight_checks:_read": "helper E's preflight reader (errors='replace')",
     "verify.bounded_load:read_bounded": "bytes up to a limit; fuzzed through load_json_bounded/load_yaml_bounded",

@@ -1,4 +1,5 @@
-"""cpu role: the cpu_governor module against fake cpufreq trees, and its wiring through Ansible."""
+"""cpu role: the policies preflight reads (node_reads.governor_paths) and kernel_values writing them, on
+fake cpufreq trees and through Ansible."""
 from __future__ import annotations
 
 import json
@@ -15,13 +16,15 @@ from tests.helpers.plugins import load_plugin
 ROOT = Path(__file__).resolve().parents[2]
 
 
-cpu_governor = load_plugin("modules", "cpu_governor")
+node_reads = load_plugin("module_utils", "node_reads")
+kernel_values = load_plugin("modules", "kernel_values")
+preflight_checks = load_plugin("module_utils", "preflight_checks")
 
 
 def make_cpus(root: Path, policies: dict, governor: str = "powersave",
               offered: str = "performance powersave") -> None:
     """policies: {'policy0': ['cpu0', 'cpu1']}; cpuN/cpufreq links to the policy, as on real kernels."""
-    base = root / "devices/system/cpu"
+    base = root / "sys/devices/system/cpu"
     for policy, cpus in policies.items():
         pdir = base / "cpufreq" / policy
         pdir.mkdir(parents=True)
@@ -33,56 +36,57 @@ def make_cpus(root: Path, policies: dict, governor: str = "powersave",
 
 
 def governors(root: Path) -> dict:
-    base = root / "devices/system/cpu/cpufreq"
+    base = root / "sys/devices/system/cpu/cpufreq"
     return {p.name: (p / "scaling_governor").read_text().strip() for p in sorted(base.iterdir())}
 
 
-def test_writes_each_policy_once_and_reports_every_cpu(tmp_path):
+def role_values(root: Path, governor: str) -> dict:
+    """What the role hands kernel_values: each policy's path (on the fake tree) -> the governor."""
+    return {str(root) + path: governor for path in node_reads.governor_paths(str(root))}
+
+
+def test_one_path_per_policy_in_cpu_order(tmp_path):
     make_cpus(tmp_path, {"policy0": ["cpu0", "cpu1"], "policy2": ["cpu2", "cpu10"]})
-    result = cpu_governor.apply(str(tmp_path), "performance", check_mode=False)
-    assert result["changed"] is True
+    assert node_reads.governor_paths(str(tmp_path)) == [
+        "/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor",
+        "/sys/devices/system/cpu/cpu2/cpufreq/scaling_governor",
+    ]
+
+
+def test_writes_each_policy_once(tmp_path):
+    make_cpus(tmp_path, {"policy0": ["cpu0", "cpu1"], "policy2": ["cpu2", "cpu10"]})
+    changes, errors = kernel_values.plan(role_values(tmp_path, "performance"))
+    assert errors == [] and len(changes) == 2
+    assert all(c["before"] == "powersave" and c["after"] == "performance" for c in changes)
+    kernel_values.apply(changes)
     assert governors(tmp_path) == {"policy0": "performance", "policy2": "performance"}
-    assert len(result["paths"]) == 2
-    assert [c["cpu"] for c in result["cpus"]] == ["cpu0", "cpu1", "cpu2", "cpu10"]
-    assert all(c["before"] == "powersave" and c["after"] == "performance" for c in result["cpus"])
-    assert "cpu10: powersave" in result["diff"]["before"] and "cpu10: performance" in result["diff"]["after"]
 
 
-def test_check_mode_reports_the_change_and_writes_nothing(tmp_path):
-    make_cpus(tmp_path, {"policy0": ["cpu0"]})
-    result = cpu_governor.apply(str(tmp_path), "performance", check_mode=True)
-    assert result["changed"] is True
-    assert result["cpus"] == [{"cpu": "cpu0", "before": "powersave", "after": "performance"}]
-    assert governors(tmp_path) == {"policy0": "powersave"}
-
-
-def test_second_run_changes_nothing(tmp_path):
+def test_plan_writes_nothing_and_second_run_changes_nothing(tmp_path):
     make_cpus(tmp_path, {"policy0": ["cpu0", "cpu1"]})
-    cpu_governor.apply(str(tmp_path), "performance", check_mode=False)
-    again = cpu_governor.apply(str(tmp_path), "performance", check_mode=False)
-    assert again["changed"] is False and again["paths"] == []
+    changes, _ = kernel_values.plan(role_values(tmp_path, "performance"))
+    assert governors(tmp_path) == {"policy0": "powersave"}  # planning (check mode) wrote nothing
+    kernel_values.apply(changes)
+    assert kernel_values.plan(role_values(tmp_path, "performance")) == ([], [])
 
 
-def test_governor_not_offered_fails_before_any_write(tmp_path):
+def test_governor_not_offered_is_refused_by_preflight(tmp_path):
     # intel_pstate offers only performance and powersave.
     make_cpus(tmp_path, {"policy0": ["cpu0"], "policy1": ["cpu1"]})
-    refusal = r"'ondemand' is not offered by cpu0, cpu1 .*performance powersave"
-    with pytest.raises(cpu_governor.GovernorError, match=refusal):
-        cpu_governor.apply(str(tmp_path), "ondemand", check_mode=False)
+    problems = preflight_checks.check_cpu(str(tmp_path), {"cpu_governor": "ondemand"})
+    assert [p.variable for p in problems] == ["cpu_governor"]  # named once, at the first CPU
+    assert "cpu0 does not offer it" in problems[0].message("h") and "performance, powersave" in problems[0].message("h")
     assert governors(tmp_path) == {"policy0": "powersave", "policy1": "powersave"}
 
 
-def test_node_without_cpufreq_is_skipped_not_failed(tmp_path):
-    (tmp_path / "devices/system/cpu/cpu0").mkdir(parents=True)
-    result = cpu_governor.apply(str(tmp_path), "performance", check_mode=False)
-    assert result["cpufreq"] is False and result["changed"] is False
-    assert "no cpufreq" in result["msg"]
+def test_node_without_cpufreq_has_no_paths(tmp_path):
+    (tmp_path / "sys/devices/system/cpu/cpu0").mkdir(parents=True)
+    assert node_reads.governor_paths(str(tmp_path)) == []
 
 
 def test_this_machine_reads_without_error():
-    # The dev machine may have no cpufreq; either way the read path must not raise.
-    result = cpu_governor.apply("/sys", "performance", check_mode=True)
-    assert isinstance(result["cpufreq"], bool)
+    # The dev machine may have no cpufreq; either way the read must not raise.
+    assert all(path.endswith("/scaling_governor") for path in node_reads.governor_paths("/"))
 
 
 def test_defaults_match_argument_specs():
@@ -94,14 +98,20 @@ def test_defaults_match_argument_specs():
 
 
 @pytest.mark.slow
-def test_module_through_ansible_check_then_apply(tmp_path):
-    make_cpus(tmp_path / "sys", {"policy0": ["cpu0", "cpu1"]})
+def test_preflight_reads_then_kernel_values_applies_through_ansible(tmp_path):
+    make_cpus(tmp_path, {"policy0": ["cpu0", "cpu1"]})
     playbook = tmp_path / "play.yml"
+    paths = "tunefleet_node.cpu_governor_paths"  # node paths; the fake tree is prefixed here
+    values = (f"{{{{ dict({paths} | map('regex_replace', '^', '{tmp_path}')"
+              f" | zip({paths} | map('regex_replace', '^.*$', 'performance'))) }}}}")
     playbook.write_text(yaml.safe_dump([{
         "hosts": "localhost", "gather_facts": False, "connection": "local",
-        "tasks": [{"name": "governor", "tunefleet.gpu_node.cpu_governor": {
-            "governor": "performance", "sysfs_root": str(tmp_path / "sys")}, "register": "r"},
-            {"name": "show", "ansible.builtin.debug": {"var": "r"}}],
+        "tasks": [
+            {"name": "read", "tunefleet.gpu_node.preflight": {
+                "host": "localhost", "root": str(tmp_path), "roles": ["cpu"],
+                "variables": {"cpu_governor": "performance"}}},
+            {"name": "governor", "tunefleet.gpu_node.kernel_values": {"values": values}},
+        ],
     }]))
 
     def run(*extra: str) -> dict:
@@ -111,10 +121,12 @@ def test_module_through_ansible_check_then_apply(tmp_path):
                    "-e", f"ansible_python_interpreter={sys.executable}", str(playbook), *extra]
         proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-        return json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
+        return json.loads(proc.stdout)["plays"][0]["tasks"][1]["hosts"]["localhost"]
 
     checked = run("--check", "--diff")
-    assert checked["changed"] is True and governors(tmp_path / "sys") == {"policy0": "powersave"}
+    assert checked["changed"] is True and governors(tmp_path) == {"policy0": "powersave"}
     applied = run()
-    assert applied["changed"] is True and governors(tmp_path / "sys") == {"policy0": "performance"}
+    assert applied["changed"] is True and governors(tmp_path) == {"policy0": "performance"}
+    policy0 = f"{tmp_path}/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor"
+    assert [c["path"] for c in applied["changes"]] == [policy0]
     assert run()["changed"] is False

@@ -18,7 +18,7 @@ FIXTURES = ROOT / "tests/fixtures/role_gpu"
 
 
 persistence = load_plugin("modules", "gpu_persistence")
-facts = load_plugin("modules", "gpu_facts")
+facts = load_plugin("module_utils", "gpu_node")
 gpu_filters = load_plugin("filter", "gpu")
 
 

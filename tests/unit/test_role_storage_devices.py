@@ -1,5 +1,5 @@
-"""storage role: block_device_info against a fake /sys/block built from this CI VM's real one,
-the filters that plan the writes, the udev rule, and (root) a real loop device."""
+"""storage role: find_devices (preflight reads the devices with it) against a fake /sys/block built
+from this CI VM's real one, the filters that plan the writes, the udev rule, and (root) a real loop device."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ ROLE = ROOT / "roles" / "storage"
 FIXTURES = ROOT / "tests" / "fixtures" / "sysfs_block"
 
 
-info = load_plugin("modules", "block_device_info")
+info = load_plugin("module_utils", "block_devices")
 kv = load_plugin("modules", "kernel_values")
 filters = load_plugin("filter", "storage_tuning")
 

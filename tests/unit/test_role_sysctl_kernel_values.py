@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from ansible.module_utils.testing import patch_module_args
 
 from tests.helpers.plugins import load_plugin
 
@@ -215,3 +216,35 @@ def test_bad_units_are_named():
     problems = kv.unit_problems([{"name": "ok.service"}, {"name": "../x.service"},
                                  {"name": "x.service", "state": "on"}])
     assert len(problems) == 2 and "'../x.service'" in problems[0] and "'on'" in problems[1]
+
+
+@pytest.mark.parametrize(("seen", "changed", "steps"), [
+    ({"enabled": "enabled", "active": "active"}, {"/etc/x.service.d/90.conf"}, ["restart"]),  # new ExecStart
+    ({"enabled": "enabled", "active": "active"}, {"/etc/other.conf"}, []),  # another file: left running
+    ({"enabled": "disabled", "active": "inactive"}, {"/etc/x.service.d/90.conf"}, ["enable", "start"]),  # starts anew
+])
+def test_a_running_unit_is_restarted_only_when_its_own_file_changed(seen, changed, steps):
+    unit = {"name": "x.service", "restart_when_changed": ["/etc/x.service.d/90.conf"]}
+    assert kv.unit_steps(unit, seen, frozenset(changed)) == steps
+
+
+def test_bad_kernel_module_names_and_restart_lists_are_named():
+    assert kv.kernel_module_problems(["nvidia_peermem", "nvidia-peermem", "../evil", "a b"]) == [
+        "kernel_modules: '../evil' is not a kernel module name", "kernel_modules: 'a b' is not a kernel module name"]
+    assert kv.unit_problems([{"name": "x.service", "restart_when_changed": "/etc/x.conf"}])
+
+
+def test_a_module_not_loaded_is_reported_in_check_mode_and_recorded(tmp_path, capsys):
+    """Check mode through main(): the module that would be loaded is in the result, the diff and the
+    ledger's new entries (as not loaded before); nothing is loaded and no ledger is written."""
+    name = "tunefleet_no_such_module"  # never loaded anywhere: /sys/module/<name> is absent
+    ledger = tmp_path / "ledger.json"
+    args = {"values": {}, "kernel_modules": [name], "recorded_by": "gpu", "ledger_path": str(ledger),
+            "_ansible_check_mode": True, "_ansible_diff": True}
+    with patch_module_args(args), pytest.raises(SystemExit):
+        kv.main()
+    result = json.loads(capsys.readouterr().out)
+    assert result["changed"] is True and result["modules_loaded"] == [name]
+    assert result["diff"]["after"] == f"{name} loaded\n"
+    assert result["recorded"]["kernel_modules"] == [name]
+    assert not ledger.exists()

@@ -1,0 +1,91 @@
+# Copyright: tunefleet developers
+# Apache License 2.0 (see LICENSE)
+"""What the tuning roles plan with, read from the node once (issue 13).
+
+The preflight module calls read_node() after every input is judged and returns the result as the
+host fact `tunefleet_node`, before any role runs: a role then spends its one module call on the
+change itself (kernel_values), not on reads of its own. Only the roles that will run are read.
+Nothing here changes the node. Standard library only: this runs on the node's own python3.
+"""
+from __future__ import annotations
+
+import glob
+import os
+import re
+from typing import Callable, List, Optional
+
+from ansible_collections.tunefleet.gpu_node.plugins.module_utils import gpu_node
+from ansible_collections.tunefleet.gpu_node.plugins.module_utils.block_devices import find_devices
+from ansible_collections.tunefleet.gpu_node.plugins.module_utils.preflight_checks import as_bool
+
+THP_ENABLED = "/sys/kernel/mm/transparent_hugepage/enabled"
+GOVERNOR_GLOB = "/sys/devices/system/cpu/cpu[0-9]*/cpufreq/scaling_governor"
+
+# run(argv) -> (rc, stdout, stderr), the AnsibleModule.run_command contract.
+Runner = Callable[[List[str]], tuple]
+
+
+def _on_node(root: str, path: str) -> str:
+    return path if root in ("", "/") else os.path.join(root, path.lstrip("/"))
+
+
+def _read(root: str, path: str) -> Optional[str]:
+    try:
+        with open(_on_node(root, path), encoding="ascii", errors="replace") as handle:
+            return handle.read(4096).strip()
+    except OSError:
+        return None
+
+
+def _cpu_number(path: str) -> int:
+    match = re.search(r"/cpu(\d+)/cpufreq/", path)
+    return int(match.group(1)) if match else -1
+
+
+def governor_paths(root: str) -> List[str]:
+    """One scaling_governor path per cpufreq policy (the first CPU of each), in CPU order; [] without
+    cpufreq (VMs, containers). CPUs of one policy share the file, so one write sets them all."""
+    found, policies = [], set()
+    for path in sorted(glob.glob(_on_node(root, GOVERNOR_GLOB)), key=_cpu_number):
+        policy = os.path.realpath(os.path.dirname(path))
+        if policy in policies or _read("/", path) is None:  # an offline CPU's file cannot be read
+            continue
+        policies.add(policy)
+        found.append("/" + os.path.relpath(path, _on_node(root, "/")))
+    return found
+
+
+def gpu_persistence_disabled(smi: Optional[str], run: Runner) -> List[str]:
+    """Indexes of the GPUs nvidia-smi reports with persistence mode Disabled ([] when it cannot say:
+    the gpu_persistence module then asks again and reports the error itself)."""
+    if not smi:
+        return []
+    rc, out, _ = run([smi] + gpu_node.PERSISTENCE_QUERY)
+    try:
+        return [gpu.index for gpu in gpu_node.parse_query(out) if gpu.mode == "Disabled"] if rc == 0 else []
+    except gpu_node.PersistenceError:
+        return []
+
+
+def read_node(root: str, variables: dict, roles: List[str], which: Callable[[str], Optional[str]],
+              module_known: Callable[[str], bool], run: Runner) -> dict:
+    """The reads of each role in `roles` (those that will run and are enabled)."""
+    node: dict = {}
+    if "storage" in roles:
+        devices, left_out = find_devices(_on_node(root, "/sys"), variables.get("storage_device_patterns") or [])
+        node["block_devices"] = devices
+        node["block_devices_left_out"] = left_out
+    if "cpu" in roles:
+        node["cpu_governor_paths"] = governor_paths(root)
+    if "memory" in roles:
+        node["thp"] = os.path.exists(_on_node(root, THP_ENABLED))
+    if "limits" in roles:
+        text = _read(root, "/proc/sys/fs/nr_open")
+        node["nr_open"] = int(text) if text and text.isdigit() else None
+    if "gpu" in roles:
+        gpu = gpu_node.gather(root, which, module_known)
+        wanted = as_bool(variables.get("gpu_persistence_mode", True))
+        asked = gpu["driver"] and wanted
+        gpu["persistence_disabled"] = gpu_persistence_disabled(gpu["nvidia_smi"], run) if asked else []
+        node["gpu"] = gpu
+    return node
