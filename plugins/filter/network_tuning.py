@@ -1,6 +1,7 @@
 # Copyright: tunefleet developers
 # Apache License 2.0 (see LICENSE)
-"""Filters for the network role: MTU and IRQ-affinity plans from nic_info facts, ethtool ring/channel changes."""
+"""Filters for the network role: MTU and IRQ-affinity plans from the NICs preflight found
+(module_utils/nics.py), ethtool ring/channel changes."""
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError

@@ -14,7 +14,7 @@ import os
 import re
 from typing import Callable, List, Optional
 
-from ansible_collections.tunefleet.gpu_node.plugins.module_utils import gpu_node
+from ansible_collections.tunefleet.gpu_node.plugins.module_utils import gpu_node, nics
 from ansible_collections.tunefleet.gpu_node.plugins.module_utils.block_devices import find_devices
 from ansible_collections.tunefleet.gpu_node.plugins.module_utils.preflight_checks import as_bool
 
@@ -69,8 +69,16 @@ def gpu_persistence_disabled(smi: Optional[str], run: Runner) -> List[str]:
 
 def read_node(root: str, variables: dict, roles: List[str], which: Callable[[str], Optional[str]],
               module_known: Callable[[str], bool], run: Runner) -> dict:
-    """The reads of each role in `roles` (those that will run and are enabled)."""
-    node: dict = {}
+    """The reads of each role in `roles` (those that will run and are enabled), and whether a reboot
+    marker exists (the reboot role, last in site.yml, then calls its module only when one does or
+    this run needs a reboot)."""
+    marker = variables.get("reboot_marker_path")
+    node: dict = {"reboot_marker_present": os.path.lexists(_on_node(root, marker))
+                  if isinstance(marker, str) and marker.startswith("/") else True}
+    if "network" in roles:
+        node["network"] = nics.discover(_on_node(root, "/sys"), variables.get("network_interfaces") or [],
+                                        variables.get("network_interface_match") or {},
+                                        variables.get("network_persist_backend") or "auto", which, run)
     if "storage" in roles:
         devices, left_out = find_devices(_on_node(root, "/sys"), variables.get("storage_device_patterns") or [])
         node["block_devices"] = devices

@@ -47,15 +47,23 @@ def read(root: Path, roles, variables=None, which=no_tool, run=None):
 
 
 def test_only_the_roles_that_run_are_read(tmp_path):
-    assert read(tmp_path, []) == {}
-    assert set(read(tmp_path, ["memory", "limits"])) == {"thp", "nr_open"}
+    assert read(tmp_path, []) == {"reboot_marker_present": True}  # no path given: the reboot role looks itself
+    assert set(read(tmp_path, ["memory", "limits"])) == {"thp", "nr_open", "reboot_marker_present"}
+
+
+def test_a_reboot_marker_is_seen_even_as_a_dangling_link(tmp_path):
+    marker = {"reboot_marker_path": "/var/lib/tunefleet/reboot-required"}
+    assert read(tmp_path, [], marker) == {"reboot_marker_present": False}
+    (tmp_path / "var/lib/tunefleet").mkdir(parents=True)
+    (tmp_path / "var/lib/tunefleet/reboot-required").symlink_to(tmp_path / "nowhere")
+    assert read(tmp_path, [], marker) == {"reboot_marker_present": True}  # the module replaces it, unfollowed
 
 
 def test_thp_and_nr_open(tmp_path):
-    assert read(tmp_path, ["memory", "limits"]) == {"thp": False, "nr_open": None}
+    assert read(tmp_path, ["memory", "limits"]) == {"thp": False, "nr_open": None, "reboot_marker_present": True}
     write(tmp_path, node_reads.THP_ENABLED, "always [madvise] never\n")
     write(tmp_path, "/proc/sys/fs/nr_open", "1048576\n")
-    assert read(tmp_path, ["memory", "limits"]) == {"thp": True, "nr_open": 1048576}
+    assert read(tmp_path, ["memory", "limits"]) == {"thp": True, "nr_open": 1048576, "reboot_marker_present": True}
     write(tmp_path, "/proc/sys/fs/nr_open", "garbage\n")
     assert read(tmp_path, ["limits"])["nr_open"] is None  # preflight judged it; no number, no ceiling
 
@@ -101,3 +109,12 @@ def test_this_machine_reads_without_error():
                                 ["storage", "cpu", "memory", "limits", "gpu"], no_tool, never_known, ModuleRunCommand())
     assert isinstance(node["nr_open"], int) and isinstance(node["thp"], bool)
     assert all(not d["name"].startswith("/") for d in node["block_devices"])
+
+
+def test_the_nics_are_found_by_name_with_the_backend_asked(tmp_path):
+    (tmp_path / "sys/class/net/eth0").mkdir(parents=True)
+    (tmp_path / "sys/class/net/eth0/mtu").write_text("1500\n")
+    node = read(tmp_path, ["network"], {"network_interfaces": ["eth0", "ib7"], "network_persist_backend": "none"})
+    assert [nic["name"] for nic in node["network"]["nics"]] == ["eth0"]
+    assert node["network"]["nics"][0]["mtu"] == 1500
+    assert node["network"]["missing"] == ["ib7"] and node["network"]["backend"] == "none"

@@ -161,7 +161,7 @@ def _plugin(kind: str, name: str):
 
 kernel_values = _plugin("modules", "kernel_values")
 gpu_node = _plugin("module_utils", "gpu_node")
-nic_info = _plugin("modules", "nic_info")
+nic_info = _plugin("module_utils", "nics")
 node_reads = _plugin("module_utils", "node_reads")
 reboot_marker = _plugin("modules", "reboot_marker")
 memory_hugepages = _plugin("modules", "memory_hugepages")
@@ -297,11 +297,11 @@ PARSERS = [
            (gpu_node.PersistenceError,),
            _fixture("role_gpu/nvidia-smi_query-gpu_h100-80gb-hbm3_590.48.01.csv",
                     "role_gpu/nvidia-smi_query-gpu_l40s_595.80.csv")),
-    Parser("plugins.modules.nic_info:parse_networkd_file", lambda d: nic_info.parse_networkd_file(text(d)), (),
+    Parser("plugins.module_utils.nics:parse_networkd_file", lambda d: nic_info.parse_networkd_file(text(d)), (),
            _fixture("sysfs_net/networkctl_status_managed.txt", "sysfs_net/networkctl_status_unmanaged.txt")),
-    Parser("plugins.modules.nic_info:netplan_defines", lambda d: nic_info.netplan_defines(text(d)), (),
+    Parser("plugins.module_utils.nics:netplan_defines", lambda d: nic_info.netplan_defines(text(d)), (),
            _fixture("sysfs_net/netplan_get_defined.txt", "sysfs_net/netplan_get_undefined.txt")),
-    Parser("plugins.modules.nic_info:read_nic", in_root("/class/net/eth0/mtu", lambda r: nic_info.read_nic(r, "eth0")),
+    Parser("plugins.module_utils.nics:read_nic", in_root("/class/net/eth0/mtu", lambda r: nic_info.read_nic(r, "eth0")),
            (), [b"1500\n", b"9000\n"]),
     Parser("plugins.module_utils.node_reads:read_node",
            in_root("/proc/sys/fs/nr_open", lambda r: node_reads.read_node(
@@ -387,7 +387,7 @@ EXEMPT = {
     "verify.bench.perftest:_read": "sysfs read with errors='replace'; fuzzed through discover_ports",
     "verify.bench.odirect_read:read_direct": "a benchmark engine (O_DIRECT reads), not a parser",
     "plugins.module_utils.node_reads:_read": "fuzzed through read_node",
-    "plugins.modules.nic_info:_read": "fuzzed through read_nic",
+    "plugins.module_utils.nics:_read": "fuzzed through read_nic",
     "plugins.modules.kernel_values:_read": "open().read() with errors='replace'; current_value is fuzzed",
     "plugins.module_utils.block_devices:*": "helper B's new module; not fuzzed yet (see the report)",
     "plugins.module_utils.preflight_checks:_read": "helper E's preflight reader (errors='replace')",

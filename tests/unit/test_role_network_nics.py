@@ -20,7 +20,7 @@ ROLE = ROOT / "roles" / "network"
 FIXTURES = ROOT / "tests" / "fixtures" / "sysfs_net"
 
 
-nic_info = load_plugin("modules", "nic_info")
+nic_info = load_plugin("module_utils", "nics")
 kv = load_plugin("modules", "kernel_values")
 filters = load_plugin("filter", "network_tuning")
 

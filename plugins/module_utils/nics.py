@@ -1,6 +1,9 @@
-#!/usr/bin/python
 # Copyright: tunefleet developers
 # Apache License 2.0 (see LICENSE)
+"""The cluster NICs, by name or by driver/PCI glob, with what the network role plans with (NUMA
+node, local CPUs, MSI IRQs, MTU, driver, PCI address) and how the node persists network settings
+(netplan, NetworkManager, systemd-networkd, ifupdown). Read by preflight once, before any role
+(node_reads.py). Reads only. Standard library only: this runs on the node's own python3."""
 from __future__ import annotations
 
 import fnmatch
@@ -9,72 +12,8 @@ import os
 import re
 import shutil
 
-from ansible.module_utils.basic import AnsibleModule
-
-DOCUMENTATION = r"""
----
-module: nic_info
-short_description: Find the cluster NICs by name or match and read their NUMA, IRQ and MTU facts from sysfs
-description:
-  - Selects interfaces named in I(names) plus those whose driver and/or PCI address match the
-    globs in I(match) (both globs must match when both are given).
-  - For each one reads C(device/numa_node), C(device/local_cpulist), C(device/msi_irqs), the driver,
-    the PCI address and the MTU from sysfs, and detects how the node persists network settings
-    (netplan, NetworkManager, systemd-networkd, ifupdown); under netplan, whether each NIC is an
-    C(ethernets) ID there, and under networkd, the .network file that manages it.
-  - Reads only; safe in check mode.
-options:
-  names:
-    description: Interface names that must exist.
-    type: list
-    elements: str
-    default: []
-  match:
-    description: Globs on C(driver) (e.g. C(mlx5_core)) and/or C(pci) (e.g. C(0000:3b:*)).
-    type: dict
-    default: {}
-  backend:
-    description: The network stack that persists settings; C(auto) detects it.
-    type: str
-    choices: [auto, netplan, networkmanager, networkd, ifupdown, none]
-    default: auto
-  sysfs_root:
-    description: Where sysfs is mounted (tests point this at a fake tree).
-    type: path
-    default: /sys
-author:
-  - tunefleet developers
-"""
-
-EXAMPLES = r"""
-- name: Read the cluster NICs
-  tunefleet.gpu_node.nic_info:
-    names: [ens1f0]
-    match:
-      driver: mlx5_core
-  register: cluster_nics
-"""
-
-RETURN = r"""
-nics:
-  description: The selected interfaces, sorted by name.
-  returned: always
-  type: list
-  elements: dict
-  sample: [{"name": "ens1f0", "driver": "mlx5_core", "pci_address": "0000:3b:00.0", "numa_node": 0,
-            "local_cpulist": "0-15,32-47", "irqs": [101, 102], "mtu": 1500}]
-missing:
-  description: Names from I(names) that are not present on the node.
-  returned: always
-  type: list
-  elements: str
-backend:
-  description:
-    - How this node persists network settings (netplan, networkmanager, networkd, ifupdown or none).
-    - I(backend) itself unless it is C(auto).
-  returned: always
-  type: str
-"""
+BACKENDS = ("auto", "netplan", "networkmanager", "networkd", "ifupdown", "none")
+MATCH_KEYS = ("driver", "pci")
 
 
 def _read(path: str):
@@ -176,53 +115,29 @@ def _binary_finder(name: str) -> bool:
     )
 
 
-def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "names": {"type": "list", "elements": "str", "default": []},
-            "match": {"type": "dict", "default": {}},
-            "backend": {
-                "type": "str",
-                "default": "auto",
-                "choices": ["auto", "netplan", "networkmanager", "networkd", "ifupdown", "none"],
-            },
-            "sysfs_root": {"type": "path", "default": "/sys"},
-        },
-        supports_check_mode=True,
-    )
-    unknown = sorted(set(module.params["match"]) - {"driver", "pci"})
-    if unknown:
-        module.fail_json(msg=f"network_interface_match: unknown key(s) {unknown}; use driver and/or pci")
-    nics, missing = select_nics(module.params["sysfs_root"], module.params["names"], module.params["match"])
-
-    backend = module.params["backend"]
+def discover(sysfs_root: str, names: list, match: dict, backend: str, which, run) -> dict:
+    """The selected NICs with what the network role plans with, the names that are missing, and the
+    backend that persists network settings (detected when `auto`). which(name) -> path or None;
+    run(argv) -> (rc, stdout, stderr), as AnsibleModule.get_bin_path and run_command."""
+    nics, missing = select_nics(sysfs_root, names, match)
     if backend == "auto":
         active = set()
-        systemctl = module.get_bin_path("systemctl")
+        systemctl = which("systemctl")
         if systemctl:
             for service in ("NetworkManager", "systemd-networkd"):
-                rc, _out, _err = module.run_command([systemctl, "is-active", "--quiet", service])
-                if rc == 0:
+                if run([systemctl, "is-active", "--quiet", service])[0] == 0:
                     active.add(service)
         backend = detect_backend("/etc", active, _binary_finder)
-
     for nic in nics:
         nic["networkd_file"] = None
         nic["netplan_defined"] = False
-    if backend == "netplan":
-        netplan = module.get_bin_path("netplan")
-        for nic in nics:
-            if netplan:
-                rc, out, _err = module.run_command([netplan, "get", f"ethernets.{nic['name']}"])
-                nic["netplan_defined"] = rc == 0 and netplan_defines(out)
-    if backend == "networkd":
-        networkctl = module.get_bin_path("networkctl")
-        for nic in nics:
-            if networkctl:
-                rc, out, _err = module.run_command([networkctl, "status", "--no-pager", nic["name"]])
-                nic["networkd_file"] = parse_networkd_file(out) if rc == 0 else None
-    module.exit_json(changed=False, nics=nics, missing=missing, backend=backend)
-
-
-if __name__ == "__main__":
-    main()
+    netplan = which("netplan") if backend == "netplan" else None
+    networkctl = which("networkctl") if backend == "networkd" else None
+    for nic in nics:
+        if netplan:
+            rc, out, _err = run([netplan, "get", f"ethernets.{nic['name']}"])
+            nic["netplan_defined"] = rc == 0 and netplan_defines(out)
+        if networkctl:
+            rc, out, _err = run([networkctl, "status", "--no-pager", nic["name"]])
+            nic["networkd_file"] = parse_networkd_file(out) if rc == 0 else None
+    return {"nics": nics, "missing": missing, "backend": backend}
