@@ -79,6 +79,7 @@ def read_node(root: str, variables: dict, roles: List[str], which: Callable[[str
         node["network"] = nics.discover(_on_node(root, "/sys"), variables.get("network_interfaces") or [],
                                         variables.get("network_interface_match") or {},
                                         variables.get("network_persist_backend") or "auto", which, run)
+        node["network"]["irqbalance"] = os.path.exists(_on_node(root, "/usr/sbin/irqbalance"))
     if "storage" in roles:
         devices, left_out = find_devices(_on_node(root, "/sys"), variables.get("storage_device_patterns") or [])
         node["block_devices"] = devices

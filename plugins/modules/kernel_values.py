@@ -84,6 +84,8 @@ options:
         service manager they are left alone, with a warning.
       - C(restart_when_changed) lists paths of O(files) whose change must reach a running unit (a new
         C(ExecStart)): the unit is restarted when one of them changed and it was already running.
+      - C(start=false) only enables the unit (for the next boot): for a boot unit that re-applies
+        values this call has already set live.
     type: list
     elements: dict
     default: []
@@ -336,7 +338,8 @@ def unit_problems(units: list) -> list:
             for unit in units
             if not isinstance(unit.get("name"), str) or not _UNIT_NAME.match(unit["name"])
             or unit.get("state", "enabled") not in UNIT_STATES
-            or not isinstance(unit.get("restart_when_changed", []), list)]
+            or not isinstance(unit.get("restart_when_changed", []), list)
+            or not isinstance(unit.get("start", True), bool)]
 
 
 def kernel_module_problems(names: list) -> list:
@@ -357,7 +360,7 @@ def unit_steps(unit: dict, state: dict, changed_files: frozenset = frozenset()) 
         return ["disable", "stop"] if state["enabled"] == "enabled" or state["active"] == "active" else []
     running = state["active"] == "active"
     restart = running and bool(changed_files.intersection(unit.get("restart_when_changed", [])))
-    start = ["restart"] if restart else [] if running else ["start"]
+    start = [] if not unit.get("start", True) else ["restart"] if restart else [] if running else ["start"]
     return ([] if state["enabled"] == "enabled" else ["enable"]) + start
 
 
@@ -439,7 +442,8 @@ def main() -> None:
         steps = unit_steps(unit, before, changed_files)
         if steps:
             enabling = unit.get("state", "enabled") == "enabled"
-            after = {"enabled": "enabled" if enabling else "disabled", "active": "active" if enabling else "inactive"}
+            active = ("active" if unit.get("start", True) else before["active"]) if enabling else "inactive"
+            after = {"enabled": "enabled" if enabling else "disabled", "active": active}
             unit_changes.append({"name": unit["name"], "state": unit.get("state", "enabled"), "steps": steps,
                                  "before": before, "after": after})
     if not module.check_mode:  # stop before the unit file goes

@@ -7,17 +7,9 @@ set -uo pipefail
 # another user could have made first (their site-packages would then run as root).
 out=${OUT:-$(mktemp -d)}
 log=$(mktemp -d)
-site=$(mktemp -d)
-collections=$(mktemp -d)
 . "$(dirname "$0")/lib.sh"
 device_env
-export ANSIBLE_FORCE_COLOR=0
-python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" .whl/*.whl || exit 3
-export PYTHONPATH=$site
-mkdir -p "$collections/ansible_collections/tunefleet"
-tar -C "$collections/ansible_collections" -xzf .whl/collections.tar.gz
-ln -sfn "$PWD" "$collections/ansible_collections/tunefleet/gpu_node"
-export ANSIBLE_COLLECTIONS_PATH=$collections ANSIBLE_CONFIG=$PWD/ansible.cfg
+ansible_env || exit 3
 playbook=(python3 "$site/bin/ansible-playbook" -i inventory/local -e @tests/device/gpu_node_vars.yml)
 verify=(python3 -m verify verify --local --vars tests/device/gpu_node_vars.yml --profile h200-x2-nvlink --no-bench)
 

@@ -31,6 +31,25 @@ device_workdir() {
   wall=' wall for the whole command'
 }
 
+# ansible_env: ansible-core and its pure-Python needs from the carried .whl/ into a fresh mktemp
+# site ($site, on PYTHONPATH), the collections of .whl/collections.tar.gz into a fresh $collections
+# with this checkout as tunefleet.gpu_node (use_roles_from TREE points it elsewhere), ANSIBLE_CONFIG.
+ansible_env() {
+  site=$(mktemp -d)
+  collections=$(mktemp -d)
+  python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" .whl/*.whl || return 3
+  export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}
+  mkdir -p "$collections/ansible_collections/tunefleet"
+  tar -C "$collections/ansible_collections" -xzf .whl/collections.tar.gz
+  export ANSIBLE_COLLECTIONS_PATH=$collections ANSIBLE_CONFIG=$PWD/ansible.cfg ANSIBLE_FORCE_COLOR=0
+  use_roles_from "$PWD"
+}
+
+# use_roles_from TREE: the collection tunefleet.gpu_node (modules, filters) is TREE from now on.
+use_roles_from() {
+  ln -sfn "$1" "$collections/ansible_collections/tunefleet/gpu_node"
+}
+
 note() { echo "$*" | tee -a "$summary"; }
 
 # run_verify NAME [verify args...]: "${verify[@]}" --out $work/NAME ARGS, log in $work/NAME.log; the exit

@@ -248,3 +248,10 @@ def test_a_module_not_loaded_is_reported_in_check_mode_and_recorded(tmp_path, ca
     assert result["diff"]["after"] == f"{name} loaded\n"
     assert result["recorded"]["kernel_modules"] == [name]
     assert not ledger.exists()
+
+
+def test_a_boot_unit_is_only_enabled_when_start_is_false():
+    unit = {"name": "tunefleet-nic-tune.service", "start": False}
+    assert kv.unit_steps(unit, {"enabled": "disabled", "active": "inactive"}) == ["enable"]
+    assert kv.unit_steps(unit, {"enabled": "enabled", "active": "inactive"}) == []  # the second run
+    assert kv.unit_problems([{"name": "x.service", "start": "no"}])
