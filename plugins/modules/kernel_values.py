@@ -89,6 +89,13 @@ options:
     type: list
     elements: dict
     default: []
+  record_also:
+    description:
+      - With O(recorded_by), more C(paths), C(files) and C(services) to record in the ledger in the same
+        step, for the role's later tasks that change them (this call is the role's first change, so
+        everything is recorded before anything is written).
+    type: dict
+    default: {}
   kernel_modules:
     description:
       - Kernel modules to load now (C(modprobe)), after the files are written; recorded in the
@@ -384,6 +391,7 @@ def main() -> None:
             "refuse": {"type": "list", "elements": "str", "default": []},
             "units": {"type": "list", "elements": "dict", "default": []},
             "kernel_modules": {"type": "list", "elements": "str", "default": []},
+            "record_also": {"type": "dict", "default": {}},
         },
         supports_check_mode=True,
     )
@@ -398,8 +406,13 @@ def main() -> None:
         label = labels.get(text.split(": ", 1)[0])
         return f"{label}: {text}" if label else text
 
+    also = p["record_also"]
+    also_problems = [f"record_also: {key!r} must be a list of strings (paths, files or services)"
+                     for key, value in also.items()
+                     if key not in ("paths", "files", "services")
+                     or not isinstance(value, list) or not all(isinstance(item, str) for item in value)]
     errors = ([named(error) for error in errors] + file_errors + unit_problems(p["units"])
-              + kernel_module_problems(p["kernel_modules"]))
+              + kernel_module_problems(p["kernel_modules"]) + also_problems)
     if errors:
         module.fail_json(msg="nothing was changed: " + "; ".join(errors), errors=errors)
     systemd = os.path.isdir("/run/systemd/system") and module.get_bin_path("systemctl") is not None
@@ -424,9 +437,11 @@ def main() -> None:
     if p["recorded_by"]:
         # After validation (a refused input leaves no ledger), before the first write.
         try:
-            recorded = record("/", p["ledger_path"], sorted(p["values"]), [f["path"] for f in p["files"]],
-                              [u["name"] for u in p["units"]], run, recorded_by=p["recorded_by"],
-                              check_mode=module.check_mode, kernel_modules=p["kernel_modules"])
+            recorded = record("/", p["ledger_path"], sorted(p["values"]) + also.get("paths", []),
+                              [f["path"] for f in p["files"]] + also.get("files", []),
+                              [u["name"] for u in p["units"]] + also.get("services", []), run,
+                              recorded_by=p["recorded_by"], check_mode=module.check_mode,
+                              kernel_modules=p["kernel_modules"])
         except (LedgerError, OSError) as exc:
             module.fail_json(msg=f"nothing was changed: ledger {p['ledger_path']}: {exc}")
     refused = []

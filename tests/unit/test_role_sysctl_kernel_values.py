@@ -255,3 +255,27 @@ def test_a_boot_unit_is_only_enabled_when_start_is_false():
     assert kv.unit_steps(unit, {"enabled": "disabled", "active": "inactive"}) == ["enable"]
     assert kv.unit_steps(unit, {"enabled": "enabled", "active": "inactive"}) == []  # the second run
     assert kv.unit_problems([{"name": "x.service", "start": "no"}])
+
+
+def test_record_also_puts_the_roles_later_changes_in_the_ledger_first(tmp_path, capsys):
+    """The network role's first change records what its later tasks touch (IRQ affinity, the
+    persistence files, irqbalance) in the same step; a malformed entry is refused before anything.
+    Only the ledger (under tmp_path) is written: the live path is read, never set."""
+    live = "/proc/sys/vm/swappiness"  # stands in for an IRQ's smp_affinity_list: a live path the role sets later
+    later_file = tmp_path / "etc" / "later.conf"
+    ledger = tmp_path / "ledger.json"
+    args = {"values": {}, "recorded_by": "network", "ledger_path": str(ledger),
+            "record_also": {"paths": [live], "files": [str(later_file)]}}
+    with patch_module_args(args), pytest.raises(SystemExit):
+        kv.main()
+    result = json.loads(capsys.readouterr().out)
+    assert result["recorded"]["paths"] == [live] and result["recorded"]["files"] == [str(later_file)]
+    entries = json.loads(ledger.read_text())
+    assert entries["paths"][live]["value"] == Path(live).read_text().strip()
+    assert entries["files"][str(later_file)]["state"] == "absent" and entries["paths"][live]["recorded_by"] == "network"
+    bad = dict(args, record_also={"path": [live]}, ledger_path=str(tmp_path / "other.json"))
+    with patch_module_args(bad), pytest.raises(SystemExit):
+        kv.main()
+    refused = json.loads(capsys.readouterr().out)
+    assert refused["failed"] and "record_also: 'path'" in refused["msg"]
+    assert not (tmp_path / "other.json").exists()
