@@ -69,12 +69,14 @@ def gpu_persistence_disabled(smi: Optional[str], run: Runner) -> List[str]:
 
 def read_node(root: str, variables: dict, roles: List[str], which: Callable[[str], Optional[str]],
               module_known: Callable[[str], bool], run: Runner) -> dict:
-    """The reads of each role in `roles` (those that will run and are enabled), and whether a reboot
-    marker exists (the reboot role, last in site.yml, then calls its module only when one does or
-    this run needs a reboot)."""
+    """The reads of each role in `roles` (those that will run and are enabled), whether systemd runs
+    the node, and whether a reboot marker exists (the reboot role, last in site.yml, then calls its
+    module only when one does or this run needs a reboot)."""
     marker = variables.get("reboot_marker_path")
     node: dict = {"reboot_marker_present": os.path.lexists(_on_node(root, marker))
-                  if isinstance(marker, str) and marker.startswith("/") else True}
+                  if isinstance(marker, str) and marker.startswith("/") else True,
+                  # systemd is the service manager (the limits role re-executes it only then).
+                  "systemd": os.path.isdir(_on_node(root, "/run/systemd/system"))}
     if "network" in roles:
         node["network"] = nics.discover(_on_node(root, "/sys"), variables.get("network_interfaces") or [],
                                         variables.get("network_interface_match") or {},
