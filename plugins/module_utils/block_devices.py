@@ -9,20 +9,13 @@ import fnmatch
 import os
 
 from ansible_collections.tunefleet.gpu_node.plugins.module_utils.kernel_rules import parse_choices
-
-
-def _read(path: str):
-    try:
-        with open(path, encoding="ascii", errors="replace") as handle:
-            return handle.read().strip()
-    except OSError:
-        return None
+from ansible_collections.tunefleet.gpu_node.plugins.module_utils.sysfs import read_text
 
 
 def read_device(block_dir: str) -> dict:
-    scheduler_menu = _read(os.path.join(block_dir, "queue", "scheduler")) or ""
+    scheduler_menu = read_text(os.path.join(block_dir, "queue", "scheduler")) or ""
     selected, offered = parse_choices(scheduler_menu)
-    read_ahead = _read(os.path.join(block_dir, "queue", "read_ahead_kb"))
+    read_ahead = read_text(os.path.join(block_dir, "queue", "read_ahead_kb"))
     return {
         "name": os.path.basename(block_dir),
         "scheduler": selected or scheduler_menu or None,
@@ -34,9 +27,9 @@ def read_device(block_dir: str) -> dict:
 def skip_reason(block_dir: str):
     if os.path.exists(os.path.join(block_dir, "partition")):
         return "a partition: tuning applies to the whole device"
-    if _read(os.path.join(block_dir, "hidden")) == "1":
+    if read_text(os.path.join(block_dir, "hidden")) == "1":
         return "hidden (an NVMe multipath path node; its namespace device is tuned instead)"
-    if _read(os.path.join(block_dir, "size")) in ("0", None):
+    if read_text(os.path.join(block_dir, "size")) in ("0", None):
         return "no medium (size 0)"
     if not os.path.exists(os.path.join(block_dir, "queue", "scheduler")):
         return "no request queue"

@@ -12,16 +12,10 @@ import os
 import re
 import shutil
 
+from ansible_collections.tunefleet.gpu_node.plugins.module_utils.sysfs import read_text
+
 BACKENDS = ("auto", "netplan", "networkmanager", "networkd", "ifupdown", "none")
 MATCH_KEYS = ("driver", "pci")
-
-
-def _read(path: str):
-    try:
-        with open(path, encoding="ascii", errors="replace") as handle:
-            return handle.read().strip()
-    except OSError:
-        return None
 
 
 def pci_device_dir(device_dir: str):
@@ -39,21 +33,21 @@ def read_nic(sysfs_root: str, name: str) -> dict:
     device = os.path.join(netdir, "device")
     driver_link = os.path.join(device, "driver")
     pci = pci_device_dir(device) if os.path.exists(device) else None
-    numa = _read(os.path.join(pci, "numa_node")) if pci else None
+    numa = read_text(os.path.join(pci, "numa_node")) if pci else None
     try:
         irqs = sorted(int(entry) for entry in os.listdir(os.path.join(pci, "msi_irqs"))) if pci else []
     except (OSError, ValueError):
         irqs = []
-    mtu = _read(os.path.join(netdir, "mtu"))
+    mtu = read_text(os.path.join(netdir, "mtu"))
     return {
         "name": name,
         "driver": os.path.basename(os.path.realpath(driver_link)) if os.path.exists(driver_link) else None,
         "pci_address": os.path.basename(pci) if pci else None,
         "numa_node": int(numa) if numa and re.fullmatch(r"-?[0-9]{1,6}", numa) else -1,
-        "local_cpulist": _read(os.path.join(pci, "local_cpulist")) if pci else None,
+        "local_cpulist": read_text(os.path.join(pci, "local_cpulist")) if pci else None,
         "irqs": irqs,
         "mtu": int(mtu) if mtu and re.fullmatch(r"[0-9]{1,9}", mtu) else None,
-        "type": _read(os.path.join(netdir, "type")),
+        "type": read_text(os.path.join(netdir, "type")),
     }
 
 

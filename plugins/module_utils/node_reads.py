@@ -17,6 +17,7 @@ from typing import Callable, List, Optional
 from ansible_collections.tunefleet.gpu_node.plugins.module_utils import gpu_node, nics
 from ansible_collections.tunefleet.gpu_node.plugins.module_utils.block_devices import find_devices
 from ansible_collections.tunefleet.gpu_node.plugins.module_utils.preflight_checks import as_bool
+from ansible_collections.tunefleet.gpu_node.plugins.module_utils.sysfs import read_text
 
 THP_ENABLED = "/sys/kernel/mm/transparent_hugepage/enabled"
 GOVERNOR_GLOB = "/sys/devices/system/cpu/cpu[0-9]*/cpufreq/scaling_governor"
@@ -30,11 +31,7 @@ def _on_node(root: str, path: str) -> str:
 
 
 def _read(root: str, path: str) -> Optional[str]:
-    try:
-        with open(_on_node(root, path), encoding="ascii", errors="replace") as handle:
-            return handle.read(4096).strip()
-    except OSError:
-        return None
+    return read_text(_on_node(root, path))
 
 
 def _cpu_number(path: str) -> int:
