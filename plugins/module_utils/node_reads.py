@@ -16,7 +16,7 @@ from typing import Callable, List, Optional
 
 from ansible_collections.tunefleet.gpu_node.plugins.module_utils import gpu_node, nics
 from ansible_collections.tunefleet.gpu_node.plugins.module_utils.block_devices import find_devices
-from ansible_collections.tunefleet.gpu_node.plugins.module_utils.preflight_checks import as_bool
+from ansible_collections.tunefleet.gpu_node.plugins.module_utils.preflight_checks import as_bool, on_root
 from ansible_collections.tunefleet.gpu_node.plugins.module_utils.sysfs import read_text
 
 THP_ENABLED = "/sys/kernel/mm/transparent_hugepage/enabled"
@@ -26,12 +26,8 @@ GOVERNOR_GLOB = "/sys/devices/system/cpu/cpu[0-9]*/cpufreq/scaling_governor"
 Runner = Callable[[List[str]], tuple]
 
 
-def _on_node(root: str, path: str) -> str:
-    return path if root in ("", "/") else os.path.join(root, path.lstrip("/"))
-
-
 def _read(root: str, path: str) -> Optional[str]:
-    return read_text(_on_node(root, path))
+    return read_text(on_root(root, path))
 
 
 def _cpu_number(path: str) -> int:
@@ -43,12 +39,12 @@ def governor_paths(root: str) -> List[str]:
     """One scaling_governor path per cpufreq policy (the first CPU of each), in CPU order; [] without
     cpufreq (VMs, containers). CPUs of one policy share the file, so one write sets them all."""
     found, policies = [], set()
-    for path in sorted(glob.glob(_on_node(root, GOVERNOR_GLOB)), key=_cpu_number):
+    for path in sorted(glob.glob(on_root(root, GOVERNOR_GLOB)), key=_cpu_number):
         policy = os.path.realpath(os.path.dirname(path))
-        if policy in policies or _read("/", path) is None:  # an offline CPU's file cannot be read
+        if policy in policies or read_text(path) is None:  # an offline CPU's file cannot be read
             continue
         policies.add(policy)
-        found.append("/" + os.path.relpath(path, _on_node(root, "/")))
+        found.append("/" + os.path.relpath(path, on_root(root, "/")))
     return found
 
 
@@ -70,23 +66,23 @@ def read_node(root: str, variables: dict, roles: List[str], which: Callable[[str
     the node, and whether a reboot marker exists (the reboot role, last in site.yml, then calls its
     module only when one does or this run needs a reboot)."""
     marker = variables.get("reboot_marker_path")
-    node: dict = {"reboot_marker_present": os.path.lexists(_on_node(root, marker))
+    node: dict = {"reboot_marker_present": os.path.lexists(on_root(root, marker))
                   if isinstance(marker, str) and marker.startswith("/") else True,
                   # systemd is the service manager (the limits role re-executes it only then).
-                  "systemd": os.path.isdir(_on_node(root, "/run/systemd/system"))}
+                  "systemd": os.path.isdir(on_root(root, "/run/systemd/system"))}
     if "network" in roles:
-        node["network"] = nics.discover(_on_node(root, "/sys"), variables.get("network_interfaces") or [],
+        node["network"] = nics.discover(on_root(root, "/sys"), variables.get("network_interfaces") or [],
                                         variables.get("network_interface_match") or {},
                                         variables.get("network_persist_backend") or "auto", which, run)
-        node["network"]["irqbalance"] = os.path.exists(_on_node(root, "/usr/sbin/irqbalance"))
+        node["network"]["irqbalance"] = os.path.exists(on_root(root, "/usr/sbin/irqbalance"))
     if "storage" in roles:
-        devices, left_out = find_devices(_on_node(root, "/sys"), variables.get("storage_device_patterns") or [])
+        devices, left_out = find_devices(on_root(root, "/sys"), variables.get("storage_device_patterns") or [])
         node["block_devices"] = devices
         node["block_devices_left_out"] = left_out
     if "cpu" in roles:
         node["cpu_governor_paths"] = governor_paths(root)
     if "memory" in roles:
-        node["thp"] = os.path.exists(_on_node(root, THP_ENABLED))
+        node["thp"] = os.path.exists(on_root(root, THP_ENABLED))
     if "limits" in roles:
         text = _read(root, "/proc/sys/fs/nr_open")
         node["nr_open"] = int(text) if text and text.isdigit() else None

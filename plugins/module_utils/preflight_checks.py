@@ -48,13 +48,14 @@ class Problem:
         return f"host {host}: {self.variable} = {self.value!r}: {self.reason}"
 
 
-def _path(root: str, node_path: str) -> str:
+def on_root(root: str, node_path: str) -> str:
+    """Where a node path lives under root (tests judge fake trees); the node's own path for "/"."""
     return node_path if root in ("", "/") else os.path.join(root, node_path.lstrip("/"))
 
 
 def _read(root: str, node_path: str) -> Optional[str]:
     try:
-        with open(_path(root, node_path), encoding="utf-8", errors="replace") as handle:
+        with open(on_root(root, node_path), encoding="utf-8", errors="replace") as handle:
             return handle.read().strip()
     except OSError:
         return None
@@ -106,7 +107,7 @@ def sysctl_path(key: str) -> str:
 
 
 def _sysctl_writable(root: str, key: str) -> Optional[str]:
-    where = _path(root, sysctl_path(key))
+    where = on_root(root, sysctl_path(key))
     if not os.path.isfile(where):
         return "no such key under /proc/sys on this host (kernel lacks it, or its module is not loaded)"
     mode = os.stat(where).st_mode
@@ -198,7 +199,7 @@ def congestion_control_offered(root: str, name: str) -> bool:
         return True
     # Setting an algorithm auto-loads its module, so an installed module counts as available.
     release = _read(root, "/proc/sys/kernel/osrelease") or ""
-    pattern = _path(root, f"/lib/modules/{release}/kernel/net/ipv4/tcp_{name}.ko*")
+    pattern = on_root(root, f"/lib/modules/{release}/kernel/net/ipv4/tcp_{name}.ko*")
     return bool(release) and bool(glob.glob(pattern))
 
 
@@ -284,7 +285,7 @@ def check_network(root: str, variables: Dict[str, Any], ip_details: IpDetails) -
         if not isinstance(name, str) or not _INTERFACE_NAME.match(name):
             problems.append(Problem(label, name, "is not an interface name"))
             continue
-        if not os.path.isdir(_path(root, f"/sys/class/net/{name}")):
+        if not os.path.isdir(on_root(root, f"/sys/class/net/{name}")):
             problems.append(Problem(label, name, "no such interface on this host (/sys/class/net)"))
             continue
         if mtu is None:
@@ -313,7 +314,7 @@ def check_network(root: str, variables: Dict[str, Any], ip_details: IpDetails) -
 
 def matched_block_devices(root: str, patterns: List[str]) -> List[str]:
     try:
-        devices = sorted(os.listdir(_path(root, "/sys/block")))
+        devices = sorted(os.listdir(on_root(root, "/sys/block")))
     except OSError:
         return []
     return [d for d in devices if any(fnmatch.fnmatchcase(d, p) for p in patterns)]
@@ -326,7 +327,7 @@ def is_glob(pattern: str) -> bool:
 def _usable(root: str, names: List[str]) -> List[str]:
     """The names the storage role would tune (block_devices.skip_reason: no partitions, no
     empty loop devices, ...)."""
-    return [n for n in names if skip_reason(_path(root, f"/sys/block/{n}")) is None]
+    return [n for n in names if skip_reason(on_root(root, f"/sys/block/{n}")) is None]
 
 
 def device_pattern_problems(root: str, patterns: List[str], allow_no_match: bool) -> List[Problem]:
@@ -338,7 +339,7 @@ def device_pattern_problems(root: str, patterns: List[str], allow_no_match: bool
         if usable:
             continue
         if not is_glob(pattern):
-            why = (f"{pattern} cannot be tuned: {skip_reason(_path(root, f'/sys/block/{pattern}'))}" if matched
+            why = (f"{pattern} cannot be tuned: {skip_reason(on_root(root, f'/sys/block/{pattern}'))}" if matched
                    else "no such block device on this host (/sys/block)")
             problems.append(Problem("storage_device_patterns", pattern, why))
         elif not allow_no_match:
@@ -392,7 +393,7 @@ def check_memory(root: str, variables: Dict[str, Any]) -> List[Problem]:
             continue
         if as_int(count) is None or as_int(count) < 0:
             problems.append(Problem(variable, count, "must be a non-negative integer (pages)"))
-        elif as_int(count) > 0 and not os.path.isdir(_path(root, f"/sys/kernel/mm/hugepages/{directory}")):
+        elif as_int(count) > 0 and not os.path.isdir(on_root(root, f"/sys/kernel/mm/hugepages/{directory}")):
             problems.append(Problem(variable, count, f"this host's kernel/CPU has no {directory} huge pages"))
     per_node = variables.get("memory_hugepages_2m_per_node")
     if per_node is not None and not isinstance(per_node, dict):
@@ -405,7 +406,7 @@ def check_memory(root: str, variables: Dict[str, Any]) -> List[Problem]:
             problems.append(Problem(label, count, "NUMA node must be a number such as 0 (or 'node0')"))
         elif as_int(count) is None or as_int(count) < 0:
             problems.append(Problem(label, count, "must be a non-negative integer (pages)"))
-        elif not os.path.isdir(_path(root, f"/sys/devices/system/node/node{number}/hugepages/hugepages-2048kB")):
+        elif not os.path.isdir(on_root(root, f"/sys/devices/system/node/node{number}/hugepages/hugepages-2048kB")):
             problems.append(Problem(label, count, f"this host has no NUMA node {number} with 2 MiB huge pages"))
     for variable, name in (("memory_thp_enabled", "enabled"), ("memory_thp_defrag", "defrag")):
         wanted = variables.get(variable)
@@ -430,7 +431,7 @@ def check_cpu(root: str, variables: Dict[str, Any]) -> List[Problem]:
         return []
     if not isinstance(governor, str):
         return [Problem("cpu_governor", governor, "must be a governor name such as 'performance'")]
-    offered_files = sorted(glob.glob(_path(root, GOVERNORS)))
+    offered_files = sorted(glob.glob(on_root(root, GOVERNORS)))
     for offered_file in offered_files:  # none at all: no cpufreq (a VM), the cpu role skips
         with open(offered_file, encoding="utf-8") as handle:
             offered = handle.read().split()
@@ -441,8 +442,8 @@ def check_cpu(root: str, variables: Dict[str, Any]) -> List[Problem]:
 
 
 def nvidia_driver_loaded(root: str) -> bool:
-    return os.path.exists(_path(root, "/proc/driver/nvidia/version")) or os.path.isdir(
-        _path(root, "/sys/module/nvidia"))
+    return os.path.exists(on_root(root, "/proc/driver/nvidia/version")) or os.path.isdir(
+        on_root(root, "/sys/module/nvidia"))
 
 
 def check_gpu(root: str, variables: Dict[str, Any]) -> List[Problem]:
@@ -545,6 +546,11 @@ ROLE_CHECKS = {
 }
 
 
+def role_enabled(variables: Dict[str, Any], role: str) -> Optional[bool]:
+    """`<role>_enabled` as the play reads it (default true); None when it is not a flag."""
+    return as_bool(variables.get(f"{role}_enabled", True))
+
+
 def preflight(root: str, variables: Dict[str, Any], roles: List[str], ip_details: IpDetails,
               defined_names: Optional[List[str]] = None, known_names: Optional[List[str]] = None) -> List[Problem]:
     """Every problem with the inputs of the roles that will run, for this host; and, when the
@@ -554,7 +560,7 @@ def preflight(root: str, variables: Dict[str, Any], roles: List[str], ip_details
     for role in roles:
         if role not in ROLE_CHECKS:
             continue
-        enabled = as_bool(variables.get(f"{role}_enabled", True))
+        enabled = role_enabled(variables, role)
         if enabled is None:
             problems.append(Problem(f"{role}_enabled", variables[f"{role}_enabled"], "must be true or false"))
             continue

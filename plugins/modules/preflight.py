@@ -84,8 +84,8 @@ problems:
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.tunefleet.gpu_node.plugins.module_utils.node_reads import read_node  # noqa: E402
 from ansible_collections.tunefleet.gpu_node.plugins.module_utils.preflight_checks import (  # noqa: E402
-    as_bool,
     preflight,
+    role_enabled,
 )
 
 
@@ -123,7 +123,7 @@ def main() -> None:
     if problems:
         module.fail_json(msg="preflight refused this host, nothing was changed:\n" + "\n".join(problems),
                          problems=problems)
-    enabled = [role for role in p["roles"] if as_bool(p["variables"].get(f"{role}_enabled", True))]
+    enabled = [role for role in p["roles"] if role_enabled(p["variables"], role)]
 
     def which(name: str):
         return module.get_bin_path(name, opt_dirs=["/usr/bin", "/usr/local/bin", "/usr/sbin", "/sbin"])
