@@ -8,7 +8,6 @@ private cpuset's cpuset.cpus (the same bitmap_parselist as /proc/irq/*/smp_affin
 """
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import subprocess
 import sys
@@ -30,7 +29,7 @@ from ansible_collections.tunefleet.gpu_node.plugins.module_utils import (  # noq
 import verify.kernel_rules  # noqa: E402
 from tests.helpers import loop_device  # noqa: E402
 from tests.helpers.fake_node import FakeTree, desired_state  # noqa: E402
-from tests.helpers.plugins import load_plugin  # noqa: E402
+from tests.helpers.plugins import load_molecule_file, load_plugin  # noqa: E402
 from verify import node  # noqa: E402
 from verify.checks import common as checks_common  # noqa: E402
 from verify.checks import conflicts, storage, sysctl  # noqa: E402
@@ -41,17 +40,8 @@ sysctl_filters = load_plugin("filter", "sysctl_tuning")
 network_filters = load_plugin("filter", "network_tuning")
 
 
-def _molecule(name: str):
-    path = ROOT / "molecule" / "shared" / "files" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"rules_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-node_state = _molecule("node_state")
-node_fixture = _molecule("node_fixture")
+node_state = load_molecule_file("node_state")
+node_fixture = load_molecule_file("node_fixture")
 
 
 def test_verify_and_the_collection_load_the_same_file():

@@ -2,25 +2,12 @@
 picks so that applying it is a visible change, and which sysctl keys are host-wide."""
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-FILES = Path(__file__).resolve().parents[2] / "molecule" / "shared" / "files"
+from tests.helpers.plugins import load_molecule_file
 
-
-def load(name: str):
-    spec = importlib.util.spec_from_file_location(f"molecule_{name}", FILES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-node_state = load("node_state")
-node_fixture = load("node_fixture")
+node_state = load_molecule_file("node_state")
+node_fixture = load_molecule_file("node_fixture")
 
 
 def test_differences_name_section_key_and_both_values():
