@@ -378,3 +378,19 @@ def test_percentile_interpolates_and_nan_figures_never_enter():
     assert baseline.percentile([1.0, 2.0, 3.0, 4.0, 5.0], 10) == pytest.approx(1.4)
     assert baseline.percentile([7.0], 90) == 7.0
     assert math.isfinite(baseline._stats([1.0, 2.0], True, "")["mad"])
+
+
+def test_baseline_says_which_reports_it_left_out_and_refuses_a_run_without_one(good_run, tmp_path, capsys):
+    from verify.fleet.model import NODE_REPORT_NAME
+
+    broken = good_run / "broken-host" / NODE_REPORT_NAME
+    broken.parent.mkdir()
+    broken.write_text("{ cut short")
+    assert cli.main(["baseline", str(good_run), "--no-history", "--out", str(tmp_path / "b.json")]) == 0
+    err = capsys.readouterr().err
+    assert f"tunefleet baseline: {broken}:" in err and err.rstrip().endswith("(left out)")
+    assert cli.main(["baseline", str(tmp_path / "nope"), "--no-history"]) == 2
+    assert "tunefleet baseline:" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    assert cli.main(["baseline", str(tmp_path / "empty"), "--no-history"]) == 2
+    assert "no readable node report under" in capsys.readouterr().err

@@ -379,6 +379,7 @@ EXEMPT = {
     "verify.fleet.model:_load_paths": "inside load_fleet_dir, fuzzed with it",
     "verify.fleet.model:_read_json": "json_loads of a file; fuzzed through parse_node_report/load_fleet_dir",
     "verify.fleet.multinode:_read_json": "reads this package's own engine output (torch_allreduce JSON)",
+    "verify.fleet.model:load_fleet_dir_for": "load_fleet_dir (fuzzed) with its errors said on stderr",
     "verify.fleet.report:read_addresses": "reads the address map playbooks/verify.yml writes; errors are LoadErrors",
     "verify.fleet.baseline_rules:parse_rules": "inside load_rules, fuzzed with it",
     "verify.fleet.baseline_cli:read_history": "opens the history through verify.history.store (its own refusals)",

@@ -5,7 +5,7 @@ import os
 import sys
 
 from verify.fleet import baseline
-from verify.fleet.model import BASELINE_NAME, load_fleet_dir
+from verify.fleet.model import BASELINE_NAME, load_fleet_dir_for
 from verify.safe_io import PRIVATE_FILE, SHARED_FILE, UnsafePathError, write_file_atomic
 
 
@@ -27,16 +27,10 @@ def main(args) -> int:
     if args.history_runs < 1:
         print(f"tunefleet baseline: --history-runs {args.history_runs}: must be 1 or more", file=sys.stderr)
         return 2
-    try:
-        nodes, errors = load_fleet_dir(args.directory)
-    except FileNotFoundError as exc:
-        print(f"tunefleet baseline: {exc}", file=sys.stderr)
+    loaded = load_fleet_dir_for("tunefleet baseline", args.directory, note=" (left out)")
+    if loaded is None:
         return 2
-    for error in errors:
-        print(f"tunefleet baseline: {error.path}: {error.message} (left out)", file=sys.stderr)
-    if not nodes:
-        print(f"tunefleet baseline: no readable node report under {args.directory}", file=sys.stderr)
-        return 2
+    nodes, _errors = loaded
     from verify.history.store import HistoryError
 
     try:

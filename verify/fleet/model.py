@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -131,6 +132,22 @@ def load_fleet_dir(directory: str, workers: Optional[int] = None) -> tuple:
         else:
             nodes[item.host] = item
     return [nodes[h] for h in sorted(nodes)], errors
+
+
+def load_fleet_dir_for(command: str, directory: str, note: str = "") -> Optional[tuple]:
+    """load_fleet_dir for a CLI command: every load error said on stderr under the command's name
+    (`note` after each), and None, after saying why, when there is no node to work with."""
+    try:
+        nodes, errors = load_fleet_dir(directory)
+    except FileNotFoundError as exc:
+        print(f"{command}: {exc}", file=sys.stderr)
+        return None
+    for error in errors:
+        print(f"{command}: {error.path}: {error.message}{note}", file=sys.stderr)
+    if not nodes:
+        print(f"{command}: no readable node report under {directory}", file=sys.stderr)
+        return None
+    return nodes, errors
 
 
 def _load_paths(paths: list, root: Path) -> list:

@@ -12,7 +12,7 @@ from xml.sax.saxutils import quoteattr
 
 from verify import __version__
 from verify.fleet import plots
-from verify.fleet.model import load_fleet_dir
+from verify.fleet.model import load_fleet_dir, load_fleet_dir_for
 from verify.fleet.summary import FleetSummary, build_summary
 from verify.result import Status
 from verify.safe_io import PRIVATE_DIR, PRIVATE_FILE, SHARED_FILE, UnsafePathError, open_trusted_dir, write_in_dir
@@ -38,15 +38,13 @@ def main(args) -> int:
 
     try:
         judging = from_args(args)  # a bad --baseline/--rules is refused before anything is read or written
-        nodes, errors = load_fleet_dir(args.directory)
     except (FileNotFoundError, ValueError) as exc:
         print(f"tunefleet report: {exc}", file=sys.stderr)
         return 2
-    for error in errors:
-        print(f"tunefleet report: {error.path}: {error.message}", file=sys.stderr)
-    if not nodes:
-        print(f"tunefleet report: no readable node report under {args.directory}", file=sys.stderr)
+    loaded = load_fleet_dir_for("tunefleet report", args.directory)
+    if loaded is None:
         return 2
+    nodes, errors = loaded
     summary = build_summary(nodes, errors, read_addresses(Path(args.directory), errors),
                             baseline_findings=judge(nodes, *judging) if judging else None)
     summary.regressions = read_regressions(Path(args.directory), errors)
