@@ -98,27 +98,3 @@ def deferred() -> Iterator[None]:
                 handler(pending[0], None)
             elif handler == signal.SIG_DFL:
                 os.kill(os.getpid(), pending[0])
-
-
-def interrupted_rows(family: str, exc: BaseException, rest: list, seen: set) -> list:
-    """Result rows for an interrupted benchmark run: `family` ERROR, each of the names in `rest`
-    not run yet SKIP "not run: interrupted" (one row per benchmark, as they would have run)."""
-    import verify.bench as bench
-    from verify.result import CheckResult, Status
-
-    ids = getattr(bench, "CHECK_IDS", {})  # each family's own row id, so the rows line up across runs
-
-    not_run = []
-    for name in rest:
-        other = bench.canonical(str(name)) or str(name)
-        if other not in seen and other != family and other not in not_run:
-            not_run.append(other)
-
-    why = f"interrupted ({signal_name(signum_of(exc))})"
-    rows = [CheckResult(check_id=ids.get(family, f"bench.{family}"), role="bench", status=Status.ERROR,
-                        reason=f"{why} while the {family} benchmark ran: its partial result is discarded, "
-                               "its processes killed and its scratch files removed")]
-    for name in not_run:
-        rows.append(CheckResult(check_id=ids.get(name, f"bench.{name}"), role="bench", status=Status.SKIP,
-                                reason=f"not run: {why}"))
-    return rows

@@ -13,7 +13,8 @@ import time
 from typing import Optional
 
 from verify.desired import SpecError, load_spec_file, load_vars_file, render_spec
-from verify.node import Node, gather_facts
+from verify.facts.node_facts import gather_facts
+from verify.node import Node
 from verify.result import EXIT_BAD_INPUT, CheckResult, Status, exit_code
 
 
@@ -76,7 +77,8 @@ def choose_profile(spec: dict, facts: dict, node: Optional[Node] = None) -> tupl
         return load_named_profile(name), f"{name}: named by the desired state (verify_profile)"
     hardware = None
     if node is not None and node.is_live:
-        from verify.bench.hardware import derived_floors, detect
+        from verify.bench.floors import derived_floors
+        from verify.facts.hardware import detect
 
         hardware = detect(node)
     seen = hardware.describe() if hardware else "this node"
@@ -115,7 +117,7 @@ def run_benchmarks(spec: dict, node: Node, facts: dict, names: Optional[list], r
         return [CheckResult("bench", "verify", Status.SKIP, reason=record["reason"])]
     try:
         from verify.bench import run_benchmarks as bench
-        from verify.bench.hardware import detect
+        from verify.facts.hardware import detect
     except ImportError as exc:
         record["reason"] = f"verify.bench is not available ({exc})"
         return [CheckResult("bench", "verify", Status.SKIP, reason=record["reason"])]

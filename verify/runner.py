@@ -3,11 +3,15 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import time
 from dataclasses import dataclass
 from typing import Callable, Mapping, Optional, Sequence
+
+from verify.interrupt import deferred
+from verify.safe_io import command_path
 
 
 @dataclass
@@ -50,12 +54,8 @@ def run_command(
     else:
         # Bare command names (ethtool, nvidia-smi) are found on the fixed root-owned PATH, never the
         # caller's: tunefleet runs as root (verify.safe_io.command_path).
-        from verify.safe_io import command_path
-
         full_env = dict(os.environ, PATH=command_path())
         full_env.update(env or {})
-    from verify.interrupt import deferred
-
     proc = None
     try:
         # Deferred: a signal landing between fork and the assignment would leave a child no one kills.
@@ -94,3 +94,11 @@ def run_command(
             for pipe in (proc.stdout, proc.stderr):
                 pipe.close()
         raise
+
+
+def which(name: str, root: str = "/") -> Optional[str]:
+    """A tool on the fixed root-owned PATH (verify.safe_io.command_path), never the caller's PATH;
+    only when root is the live system: a tree under --root has no runnable tools."""
+    if root not in ("/", ""):
+        return None
+    return shutil.which(name, path=command_path())

@@ -24,7 +24,7 @@ capture() {
 }
 
 # verify's own field list, so the capture replays byte for byte in the tests.
-mapfile -t query < <($py -c 'from verify.checks import health_smi; print("\n".join(health_smi.argv()))')
+mapfile -t query < <($py -c 'from verify.facts import health_smi; print("\n".join(health_smi.argv()))')
 capture query-gpu "${query[@]}"
 capture nvlink-s nvidia-smi nvlink -s
 capture nvlink-e nvidia-smi nvlink -e
@@ -98,7 +98,7 @@ print(json.dumps(runs, indent=1))
 EOF
 echo "$?" >"$dir/health_checks.rc"
 # The firmware facts the fleet's uniformity report compares (GPU VBIOS, HCA firmware).
-$py -c 'import json; from verify.checks.health_firmware import firmware_facts; from verify.node import Node
+$py -c 'import json; from verify.facts.firmware import firmware_facts; from verify.node import Node
 print(json.dumps(firmware_facts(Node()), indent=1))' >"$dir/firmware_facts.json" 2>"$dir/firmware_facts.stderr"
 
 tar -C "$OUT" -czf "$OUT/health.tar.gz" health

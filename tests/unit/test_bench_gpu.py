@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 from bench_helpers import FIXTURES, fixture, output, scripted_node
 
-from verify.bench import gpu, gpu_burn, gpu_clocks, gpu_judge, peaks
+from verify.bench import gpu, gpu_burn, gpu_clocks, gpu_judge
 from verify.bench.common import RESULT_MARKER, read_result
-from verify.bench.hardware import MEMO_KEY, GpuLinks, Hardware
-from verify.bench.nccl_parse import parse_nvlink_status
-from verify.checks import health_smi
+from verify.facts import health_smi
+from verify.facts.hardware import MEMO_KEY, GpuLinks, Hardware
+from verify.facts.links import parse_nvlink_status
+from verify.judging import peaks
 from verify.profiles import load_profile
 from verify.result import Status
 

@@ -36,7 +36,7 @@ def test_nan_or_negative_copy_rates_are_errors_even_without_a_known_link():
 
 
 def test_sysfs_peak_wins_when_nvml_reads_lower():
-    from verify.bench.peaks import Peak
+    from verify.judging.peaks import Peak
 
     gpu0 = dict(captured()["gpus"][0], h2d_gbps=60.0)
     gpu0["pcie"] = dict(gpu0["pcie"], gen_max=4)  # NVML says Gen4 (31.5 GB/s), sysfs Gen5

@@ -6,9 +6,11 @@ import pytest
 from bench_helpers import NODE_FIXTURES, fixture, output, scripted_node
 
 from verify.bench import nccl
-from verify.bench.common import Threshold, module_available
-from verify.bench.nccl_parse import NcclTransport, parse_nccl_debug, parse_nccl_tests, parse_nvlink_status
+from verify.bench.common import module_available
+from verify.bench.nccl_parse import NcclTransport, parse_nccl_debug, parse_nccl_tests
 from verify.bench.torch_allreduce import bus_factor, sweep
+from verify.facts.links import parse_nvlink_status
+from verify.judging.thresholds import Threshold
 from verify.profiles import load_profile
 from verify.result import Status
 
@@ -260,7 +262,7 @@ def test_the_impossible_one_rank_figure_is_never_a_pass():
 
 
 def test_busbw_above_the_links_peak_is_an_error_with_the_peak_named():
-    from verify.bench.peaks import Peak, allreduce_peak
+    from verify.judging.peaks import Peak, allreduce_peak
 
     (measurement, _e, _r), _n = _measure(fixture(SYSTEM))
     gen5 = Peak(63.015, "PCIe Gen5 x16")

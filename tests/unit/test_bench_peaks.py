@@ -7,8 +7,8 @@ import json
 import pytest
 from bench_helpers import NODE_FIXTURES, output, scripted_node
 
-from verify.bench import hardware, peaks
-from verify.checks import gpu_query
+from verify.facts import gpu_query, hardware
+from verify.judging import peaks
 from verify.node import Node
 
 SNAPSHOT = NODE_FIXTURES.parent / "snapshots" / "gpu_h200"

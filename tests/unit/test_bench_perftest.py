@@ -6,7 +6,8 @@ import pytest
 from bench_helpers import fixture, output, scripted_node
 
 from verify.bench import perftest
-from verify.bench.perftest_parse import MIB_TO_GBITS, parse_json, parse_port_rate, parse_text
+from verify.bench.perftest_parse import MIB_TO_GBITS, parse_json, parse_text
+from verify.facts.links import parse_port_rate
 from verify.result import Status
 
 

@@ -62,7 +62,7 @@ def test_cli_rejects_unknown_benchmark_and_profile(capsys):
 
 def _node_with(tmp_path, gpus: int, hcas: int = 0, perftest: bool = False):
     """The real Node over an empty tree, with the hardware the planner reads already detected."""
-    from verify.bench.hardware import MEMO_KEY, GpuLinks, Hardware, Hca
+    from verify.facts.hardware import MEMO_KEY, GpuLinks, Hardware, Hca
 
     node = scripted_node(lambda a: output(a), root=str(tmp_path))
     node.memo[MEMO_KEY] = Hardware(

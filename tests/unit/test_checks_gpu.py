@@ -11,7 +11,8 @@ import pytest
 
 from tests.helpers.fake_node import FakeTree, desired_state
 from tests.helpers.replay import ReplayRunner
-from verify.checks import gpu_persistence, gpu_query, nccl_conf, peermem, run_checks, versions
+from verify.checks import gpu_persistence, nccl_conf, peermem, run_checks, versions
+from verify.facts import gpu_query
 from verify.result import Status
 from verify.runner import CommandOutput
 
@@ -226,7 +227,7 @@ def test_config_checks_never_import_torch(tmp_path):
 
 
 def test_facts_report_library_versions_for_fleet_drift(tmp_path):
-    from verify.node import gather_facts
+    from verify.facts.node_facts import gather_facts
 
     assert gather_facts(_nccl_tree(tmp_path).node())["libraries"] == \
         {"nccl_system": "2.28.3", "nccl_framework": "2.28.9", "cuda_runtime": None}

@@ -8,7 +8,9 @@ import pytest
 
 from tests.helpers.fake_node import FakeTree, desired_state
 from tests.helpers.replay import ReplayRunner
-from verify.checks import health_gpu, health_smi, health_xid, run_checks
+from verify.checks import health_gpu, health_xid, run_checks
+from verify.facts import health_smi
+from verify.facts import kernel_log as kernel_log_facts
 from verify.result import Status
 from verify.runner import CommandOutput
 
@@ -181,7 +183,7 @@ def kernel_log(text: str) -> ReplayRunner:
 
 
 def test_fatal_xids_fail_per_gpu_and_others_warn():
-    found = health_xid.parse_xids((HEALTH / "kernel_log_xid79_48_documented.txt").read_text())
+    found = kernel_log_facts.parse_xids((HEALTH / "kernel_log_xid79_48_documented.txt").read_text())
     assert set(found) == {"0000:3b:00.0", "0000:86:00.0", "0000:af:00.0"}
     assert found["0000:86:00.0"][79][0] == 2
     fallen = health_xid.judge_xids("0000:86:00.0", found["0000:86:00.0"], 1, "dmesg --kernel")
@@ -200,7 +202,7 @@ def test_xid_154_carries_the_drivers_own_verdict(tmp_path):
     assert result.status is Status.FAIL and result.check_id == "health.gpu.xid.0000:01:00.0"
     assert "(GPU Reset Required)" in result.reason and "Xid 62 x1" in result.reason
     cleared = log.replace("to 0x1 (GPU Reset Required)", "to 0x0 (None)").replace("62,", "13,")
-    assert health_xid.judge_xids("0000:01:00.0", health_xid.parse_xids(cleared)["0000:01:00.0"], 0,
+    assert health_xid.judge_xids("0000:01:00.0", kernel_log_facts.parse_xids(cleared)["0000:01:00.0"], 0,
                                  "dmesg").status is Status.WARN
 
 
@@ -243,21 +245,21 @@ def test_a_gpu_lost_at_probe_without_xid_fails_naming_its_bus(tmp_path):
 
 
 def test_lost_gpu_message_parses_bare_and_in_dmesg_layout_but_not_other_probe_messages():
-    assert health_xid.parse_lost(LOST) == {LOST_BUS: (1, " ".join(LOST.split("\n")).strip())}
-    assert set(health_xid.parse_lost(dmesg_layout(LOST) + dmesg_layout(LOST, "[   13.001002] "))) == {LOST_BUS}
-    assert health_xid.parse_lost(dmesg_layout(LOST))[LOST_BUS][0] == 1
+    assert kernel_log_facts.parse_lost(LOST) == {LOST_BUS: (1, " ".join(LOST.split("\n")).strip())}
+    assert set(kernel_log_facts.parse_lost(dmesg_layout(LOST) + dmesg_layout(LOST, "[   13.001002] "))) == {LOST_BUS}
+    assert kernel_log_facts.parse_lost(dmesg_layout(LOST))[LOST_BUS][0] == 1
     # same opening, other ending (osapi.c's "not supported" message): not a lost GPU
     unsupported = ("NVRM: The NVIDIA GPU 0000:5d:00.0 (PCI ID: 10de:2335)\n"
                    "NVRM: installed in this system is not supported by open\n"
                    "NVRM: nvidia.ko because it does not include the required GPU\n"
                    "NVRM: System Processor (GSP).\n")
-    assert health_xid.parse_lost(unsupported) == {}
+    assert kernel_log_facts.parse_lost(unsupported) == {}
 
 
 def test_a_gpu_lost_at_run_time_stays_under_its_xid_79(tmp_path):
     # Xid 79, then "NVRM: GPU 0000:86:00.0: GPU has fallen off the bus."
     log = (HEALTH / "kernel_log_xid79_48_documented.txt").read_text()
-    assert set(health_xid.parse_lost(log)) == {"0000:86:00.0"}
+    assert set(kernel_log_facts.parse_lost(log)) == {"0000:86:00.0"}
     tree = gpu_tree(tmp_path, bus=("0000:3b:00.0", "0000:86:00.0", "0000:af:00.0"))
     node = tree.node(runner=kernel_log(log), live=True)
     fallen = {r.check_id: r for r in health_xid.run(desired_state(), node)}["health.gpu.xid.0000:86:00.0"]

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.fake_node import FakeTree
-from verify.checks import REGISTRY, health_nvlink, health_smi, health_topology, run_checks
-from verify.checks.gpu_query import Gpu, GpuInventory
+from verify.checks import REGISTRY, health_nvlink, health_topology, run_checks
 from verify.desired import render_spec
+from verify.facts import health_smi
+from verify.facts.gpu_query import Gpu, GpuInventory
 from verify.result import Status
 from verify.runner import CommandOutput
 

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from tests.helpers.fake_node import FakeTree, desired_state
 from verify import checks
-from verify.checks import ethtool_params, gpu_query, limits, nccl_conf, path_mtu, peermem
+from verify.checks import ethtool_params, limits, nccl_conf, path_mtu, peermem
+from verify.facts import gpu_query
 from verify.result import Status
 
 

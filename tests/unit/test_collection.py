@@ -28,7 +28,7 @@ def installed_collection(tmp_path_factory) -> Path:
     # verify/ ships: playbooks/verify.yml and roles/verify_node run it. Tests, scenarios and the
     # Python packaging files stay out of the artifact, and so do bytecode caches.
     assert {"roles", "playbooks", "plugins", "templates", "meta", "verify"} <= tops
-    assert {"verify/fleet/bundle.py", "verify/fleet/noderun.py", "templates/desired_state.json.j2"} <= set(names)
+    assert {"verify/fleet/bundle.py", "verify/noderun.py", "templates/desired_state.json.j2"} <= set(names)
     assert not tops & {"tests", "molecule", ".venv", "reports", "benchmarks", "setup.py", "pyproject.toml"}
     assert not [name for name in names if "__pycache__" in name or name.endswith(".pyc")]
     subprocess.run(

@@ -5,7 +5,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from verify.fleet.model import NodeReport
-from verify.fleet.outliers import (
+from verify.result import CheckResult, Status
+from verify.stats.outliers import (
     find_outliers,
     median,
     metric_values,
@@ -13,7 +14,6 @@ from verify.fleet.outliers import (
     version_drift,
     versions_of,
 )
-from verify.result import CheckResult, Status
 
 
 def bench(host: str, busbw: float) -> NodeReport:

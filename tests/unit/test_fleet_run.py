@@ -69,7 +69,7 @@ def test_the_playbook_gets_the_run_directory_and_the_limit(tmp_path):
 def test_the_node_packs_its_reports_flat_in_one_archive(tmp_path):
     import tarfile
 
-    from verify.fleet.noderun import archive_reports
+    from verify.noderun import archive_reports
 
     (tmp_path / "report").mkdir()
     for name in ("report.json", "report.md", "tunefleet.prom"):
@@ -80,7 +80,7 @@ def test_the_node_packs_its_reports_flat_in_one_archive(tmp_path):
 
 
 def test_a_node_run_without_a_report_is_exit_3_not_a_verdict(tmp_path, capsys):
-    from verify.fleet.noderun import main
+    from verify.noderun import main
 
     (tmp_path / "spec.json").write_text("{}")
     code = main(["--spec", str(tmp_path / "spec.json"), "--out", str(tmp_path / "out"),

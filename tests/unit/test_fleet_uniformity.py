@@ -9,14 +9,14 @@ from pathlib import Path
 
 from tests.helpers.fake_node import FakeTree
 from tests.helpers.replay import ReplayRunner
-from verify.checks import health_smi
-from verify.checks.health_firmware import firmware_facts
+from verify.facts import health_smi
+from verify.facts.firmware import firmware_facts
 from verify.fleet.model import load_fleet_dir
 from verify.fleet.summary import build_summary
 from verify.fleet.synthetic import derive_hosts, write_fleet
-from verify.fleet.uniformity import fleet_versions
 from verify.result import Status
 from verify.runner import CommandOutput
+from verify.stats.uniformity import fleet_versions
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 IDLE = (FIXTURES / "node" / "health" / "h200_query-gpu_idle_590.48.01.csv").read_text()  # real, public

@@ -15,8 +15,9 @@ import pytest
 
 from tests.helpers.fake_node import FakeTree, desired_state
 from verify.cli import main
+from verify.fleet.recording import record_fleet
 from verify.history import regress
-from verify.history.cli import RunHistory, record_fleet
+from verify.history.cli import RunHistory
 from verify.history.store import Measurement, RunRecord, open_store
 
 FLEET_FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "fleet" / "node_report_ci_vm.json"
@@ -163,7 +164,8 @@ def test_a_fleet_run_is_recorded_once_and_its_report_lists_regressions(tmp_path,
 def test_a_fleet_run_drains_its_failing_hosts_by_inventory_name(tmp_path):
     from tests.helpers.replay import ReplayRunner
     from verify.cli import build_parser
-    from verify.history.cli import finish_fleet, prepare
+    from verify.fleet.recording import finish_fleet
+    from verify.history.cli import prepare
     from verify.node import Node
     from verify.runner import CommandOutput
 

@@ -17,9 +17,8 @@ from pathlib import Path
 import pytest
 
 from verify import interrupt
-from verify.bench import run_benchmarks
+from verify.bench import interrupted_rows, run_benchmarks
 from verify.desired import render_spec
-from verify.interrupt import interrupted_rows
 from verify.node import Node
 from verify.result import Status
 from verify.runner import CommandOutput, run_command

@@ -9,8 +9,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.helpers.fake_node import FakeTree
+from verify.facts.node_facts import gather_facts
 from verify.kernel_rules import format_cpulist
-from verify.node import Node, ReadError, gather_facts, parse_cpulist
+from verify.node import Node, ReadError, parse_cpulist
 
 SCHEMA = Path(__file__).resolve().parents[2] / "verify" / "schema" / "node_report.v1.json"
 

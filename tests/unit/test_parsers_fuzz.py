@@ -39,8 +39,10 @@ from plugins import load_plugin  # noqa: E402
 from verify import bounded_load, desired, node, profiles  # noqa: E402
 from verify.bench import common, dcgm_parse, gds_parse, nccl_parse, perftest, perftest_parse  # noqa: E402
 from verify.checks import common as checks_common  # noqa: E402
-from verify.checks import conflicts, ethtool_params, gpu_query, limits, nccl_conf, path_mtu, peermem, versions  # noqa: E402
+from verify.checks import conflicts, ethtool_params, limits, nccl_conf, path_mtu, peermem  # noqa: E402
+from verify.facts import gpu_query, health_smi, kernel_log, links, node_facts, versions  # noqa: E402
 from verify.fleet import baseline, baseline_rules, model  # noqa: E402
+from verify.judging import thresholds  # noqa: E402
 from verify.result import Status  # noqa: E402
 
 FIXTURES = REPO / "tests" / "fixtures"
@@ -118,7 +120,7 @@ def in_root(relative: str, call: Callable[[str], object]) -> Callable[[bytes], o
 
 def never_garbage_pass(result) -> None:
     if result.status == Status.PASS:
-        assert common.broken_measurement(result.observed) is None, result.reason
+        assert thresholds.broken_measurement(result.observed) is None, result.reason
 
 
 # ---- the judged paths: the real parse + judge, with the tool's output replaced ---------------------
@@ -140,18 +142,18 @@ def nccl_judged(data: bytes):
     """The largest size's busbw through Threshold.judge, as the all-reduce check reads it."""
     run = nccl_parse.parse_nccl_tests(text(data))
     for point in run.points:
-        status, _ = common.Threshold(limit=1.0).judge(point.busbw_gbps)
+        status, _ = thresholds.Threshold(limit=1.0).judge(point.busbw_gbps)
         if status == Status.PASS:
-            assert common.broken_measurement(point.busbw_gbps) is None
+            assert thresholds.broken_measurement(point.busbw_gbps) is None
     return run
 
 
 def gdsio_judged(data: bytes):
     runs = gds_parse.parse_gdsio(text(data))
     for run in runs:
-        status, _ = common.Threshold(limit=0.001).judge(run.throughput_gbps)
+        status, _ = thresholds.Threshold(limit=0.001).judge(run.throughput_gbps)
         if status == Status.PASS:
-            assert common.broken_measurement(run.throughput_gbps) is None
+            assert thresholds.broken_measurement(run.throughput_gbps) is None
     return runs
 
 
@@ -176,17 +178,18 @@ PARSERS = [
     # verify.node: ReadError (a ValueError)
     Parser("verify.node:parse_cpulist", lambda d: node.parse_cpulist(text(d)), (node.ReadError,),
            [b"0-3,8,10-11", b"0-63:1/2", b"0"]),  # the kernel's stride is A-B:N/GROUP ("0-63:2" is EINVAL)
-    Parser("verify.node:_memory_kib", in_tree("/proc/meminfo", node._memory_kib), (node.ReadError,),
+    Parser("verify.facts.node_facts:_memory_kib", in_tree("/proc/meminfo", node_facts._memory_kib), (node.ReadError,),
            _fixture(f"{CI_TREE}/proc/meminfo")),
-    Parser("verify.node:_os_release", in_tree("/etc/os-release", node._os_release), (),
+    Parser("verify.facts.node_facts:_os_release", in_tree("/etc/os-release", node_facts._os_release), (),
            _fixture(f"{CI_TREE}/etc/os-release")),
-    Parser("verify.node:_cpu", in_tree("/proc/cpuinfo", node._cpu), (node.ReadError,),
+    Parser("verify.facts.node_facts:_cpu", in_tree("/proc/cpuinfo", node_facts._cpu), (node.ReadError,),
            _fixture(f"{CI_TREE}/proc/cpuinfo")),
-    Parser("verify.node:_cpu/online", in_tree("/sys/devices/system/cpu/online", node._cpu), (node.ReadError,),
+    Parser("verify.facts.node_facts:_cpu/online", in_tree("/sys/devices/system/cpu/online", node_facts._cpu),
+           (node.ReadError,),
            [b"0-3\n", b"0-127\n"]),
     Parser("verify.node:Node.read_int", in_tree("/proc/sys/fs/nr_open", lambda n: n.read_int("/proc/sys/fs/nr_open")),
            (node.ReadError,), _fixture(f"{CI_TREE}/proc/sys/fs/nr_open")),
-    Parser("verify.node:gather_facts", in_tree("/proc/meminfo", node.gather_facts), (),
+    Parser("verify.facts.node_facts:gather_facts", in_tree("/proc/meminfo", node_facts.gather_facts), (),
            _fixture(f"{CI_TREE}/proc/meminfo")),
     # verify.bench: each parser module's own error
     Parser("verify.bench.nccl_parse:parse_nccl_tests", nccl_judged, (nccl_parse.NcclParseError,),
@@ -194,17 +197,25 @@ PARSERS = [
                     "bench/h200x2_all_reduce_perf_torch_nccl.stdout")),
     Parser("verify.bench.nccl_parse:parse_nccl_debug", lambda d: nccl_parse.parse_nccl_debug(text(d)),
            (nccl_parse.NcclParseError,), _fixture("bench/h200x2_run1.log", "bench/h200x2_run2.log")),
-    Parser("verify.bench.nccl_parse:parse_nvlink_status", lambda d: nccl_parse.parse_nvlink_status(text(d)),
-           (nccl_parse.NcclParseError,), _fixture("node/gpu_machine/nvidia-smi-nvlink-status.txt")),
+    Parser("verify.facts.health_smi:parse", lambda d: health_smi.parse(text(d)), (health_smi.HealthParseError,),
+           _fixture("node/health/h200_query-gpu_idle_590.48.01.csv", "node/health/h200_query-gpu_load_590.48.01.csv")),
+    Parser("verify.facts.kernel_log:parse_xids", lambda d: kernel_log.parse_xids(text(d)), (),
+           _fixture("node/health/kernel_log_xid79_48_documented.txt",
+                    "node/health/kernel_log_xid62_154_forum_595.71.05.txt")),
+    Parser("verify.facts.kernel_log:parse_lost", lambda d: kernel_log.parse_lost(text(d)), (),
+           _fixture("node/health/kernel_log_fallen_off_bus_probe_source.txt",
+                    "node/health/kernel_log_xid79_48_documented.txt")),
+    Parser("verify.facts.links:parse_nvlink_status", lambda d: links.parse_nvlink_status(text(d)),
+           (links.LinkParseError,), _fixture("node/gpu_machine/nvidia-smi-nvlink-status.txt")),
     Parser("verify.bench.perftest_parse:parse_text", perftest_judged, (perftest_parse.PerftestParseError,),
            _fixture("bench/perftest_ib_write_bw_sweep_issue132.txt", "bench/perftest_ib_write_bw_gbits_issue273.txt",
                     "bench/perftest_ib_read_lat_roce_spiderpool.txt")),
     Parser("verify.bench.perftest_parse:parse_json", lambda d: perftest_parse.parse_json(text(d)),
            (perftest_parse.PerftestParseError,), _fixture("bench/perftest_ib_write_lat_json_issue216.json")),
-    Parser("verify.bench.perftest_parse:parse_port_rate", lambda d: perftest_parse.parse_port_rate(text(d)), (),
+    Parser("verify.facts.links:parse_port_rate", lambda d: links.parse_port_rate(text(d)), (),
            [b"400 Gb/sec (4X NDR)\n", b"100 Gb/sec (4X EDR)"]),
-    Parser("verify.bench.perftest:discover_ports",
-           in_root("/sys/class/infiniband/mlx5_0/ports/1/rate", perftest.discover_ports), (),
+    Parser("verify.facts.links:discover_ports",
+           in_root("/sys/class/infiniband/mlx5_0/ports/1/rate", links.discover_ports), (),
            [b"400 Gb/sec (4X NDR)\n"]),
     Parser("verify.bench.gds_parse:parse_gdsio", gdsio_judged, (gds_parse.GdsParseError,),
            _fixture("bench/gdsio_gpud_write_issue78.txt", "bench/gdsio_cpuonly_read_nvidia_docs.txt")),
@@ -217,7 +228,7 @@ PARSERS = [
            _fixture("bench/h200x2_hostcopy.stdout", "bench/h200x2_odirect_qd1.stdout")),
     Parser("verify.bench.common:parse_size", lambda d: common.parse_size(text(d)), (ValueError,),
            [b"4096", b"1M", b"4G", b"512MiB"]),
-    Parser("verify.bench.hardware:read_pcie",
+    Parser("verify.facts.hardware:read_pcie",
            in_tree("/sys/bus/pci/devices/0000:18:00.0/current_link_speed", lambda n: _pcie(n)), (ValueError,),
            [b"32.0 GT/s PCIe\n", b"16.0 GT/s PCIe\n"]),
     # verify.checks: ValueError naming the file or line (run_one turns anything into an ERROR row)
@@ -232,10 +243,10 @@ PARSERS = [
     Parser("verify.checks.ethtool_params:parse_sections",
            lambda d: ethtool_params.parse_sections(text(d), ethtool_params.RING_KEYS), (ValueError,),
            _fixture("sysfs_net/ethtool_g_virtio_net.txt")),
-    Parser("verify.checks.gpu_query:parse_smi_csv", lambda d: gpu_query.parse_smi_csv(text(d)), (ValueError,),
+    Parser("verify.facts.gpu_query:parse_smi_csv", lambda d: gpu_query.parse_smi_csv(text(d)), (ValueError,),
            _fixture("node/nvidia-smi/nvidia-smi_query-gpu_h100-80gb-hbm3_590.48.01.csv",
                     "node/nvidia-smi/nvidia-smi_query-gpu_l40s_595.80.csv")),
-    Parser("verify.checks.gpu_query:parse_driver_banner", lambda d: gpu_query.parse_driver_banner(text(d)),
+    Parser("verify.facts.gpu_query:parse_driver_banner", lambda d: gpu_query.parse_driver_banner(text(d)),
            (ValueError,), [b"NVRM version: NVIDIA UNIX x86_64 Kernel Module  590.48.01  Mon Dec  1 2025\n"]),
     Parser("verify.checks.limits:parse_limits_lines", lambda d: limits.parse_limits_lines(text(d)), (ValueError,),
            _fixture("node/etc/limits.conf.debian12")),
@@ -251,9 +262,9 @@ PARSERS = [
            _captured("ping_*.json")),
     Parser("verify.checks.peermem:kernel_version", lambda d: peermem.kernel_version(text(d)), (ValueError,),
            _fixture(f"{CI_TREE}/proc/sys/kernel/osrelease")),
-    Parser("verify.checks.versions:parse_nccl_header", lambda d: versions.parse_nccl_header(text(d)), (ValueError,),
+    Parser("verify.facts.versions:parse_nccl_header", lambda d: versions.parse_nccl_header(text(d)), (ValueError,),
            [b"#define NCCL_MAJOR 2\n#define NCCL_MINOR 21\n#define NCCL_PATCH 5\n"]),
-    Parser("verify.checks.versions:cuda_runtime",
+    Parser("verify.facts.versions:cuda_runtime",
            in_tree("/usr/local/cuda/version.json", lambda n: versions.cuda_runtime(n, [])), (ValueError,),
            [b'{"cuda": {"name": "CUDA SDK", "version": "12.8.1"}}']),
     Parser("verify.checks:run_checks", in_tree("/proc/meminfo", lambda n: _all_checks(n)), (),
@@ -342,7 +353,7 @@ PARSERS = [
 
 
 def _pcie(n: node.Node):
-    from verify.bench import hardware
+    from verify.facts import hardware
 
     gpu = hardware.GpuLinks(0, "NVIDIA H200", "00000000:18:00.0")
     hardware.read_pcie(n, gpu)
@@ -385,7 +396,7 @@ EXEMPT = {
     "verify.fleet.baseline_cli:read_history": "opens the history through verify.history.store (its own refusals)",
     "verify.fleet.report:read_regressions": "reads the regression file the fleet run writes; errors are LoadErrors",
     "verify.bench.gpu_engine:Sampler._read": "NVML calls, no text parsed",
-    "verify.bench.perftest:_read": "sysfs read with errors='replace'; fuzzed through discover_ports",
+    "verify.facts.links:_read": "sysfs read with errors='replace'; fuzzed through discover_ports",
     "verify.bench.odirect_read:read_direct": "a benchmark engine (O_DIRECT reads), not a parser",
     "plugins.module_utils.node_reads:_read": "fuzzed through read_node",
     "plugins.module_utils.sysfs:read_text": "open().read().strip(), errors='replace'; via read_nic, read_node",
@@ -396,6 +407,7 @@ EXEMPT = {
     "verify.fleet.model:_parse_result": "inside parse_node_report/parse_crossnode, fuzzed with them",
     "verify.safe_io:read_trusted_file": "returns a file's text (no parsing); its callers parse",
     "verify.checks.irqbalance:*": "helper C's module; irqbalance_cmdline reads NUL-separated argv",
+    "verify.facts.kernel_log:read_kernel_log": "runs dmesg/journalctl; its text goes to parse_xids/parse_lost (fuzzed)",
     "verify.checks.health_*:*": "helper F's new health checks; run through verify.checks:run_checks",
 }
 
@@ -546,7 +558,7 @@ def test_parser_is_total(parser: Parser):
 
 def test_nan_and_impossible_figures_never_pass():
     for bad in (math.nan, math.inf, -1.0, -math.inf, 10 ** 400):
-        status, _ = common.Threshold(limit=1.0).judge(bad)
+        status, _ = thresholds.Threshold(limit=1.0).judge(bad)
         assert status == Status.ERROR
-        status, _ = common.Threshold(limit=1.0, kind="max").judge(bad)
+        status, _ = thresholds.Threshold(limit=1.0, kind="max").judge(bad)
         assert status == Status.ERROR

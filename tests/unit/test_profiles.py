@@ -7,7 +7,7 @@ import json
 import pytest
 
 from verify import profiles
-from verify.bench.common import Threshold
+from verify.judging.thresholds import Threshold
 from verify.profiles import ProfileError, load_profile, resolve_threshold, validate_profile
 
 SHIPPED = ["a100-sxm-8x", "b200-8x", "h100-sxm-8x", "h200-sxm-8x", "h200-x2-nvlink"]

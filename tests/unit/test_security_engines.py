@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.other_user import give, needs_root, shared_dir
-from verify.bench.common import ENGINE_CWD, engine_argv, engine_env, engine_sys_path, which
-from verify.runner import run_command
+from verify.bench.common import ENGINE_CWD, engine_argv, engine_env, engine_sys_path
+from verify.runner import run_command, which
 
 pytestmark = needs_root
 ENGINE = "verify.bench.odirect_read"  # any engine: --help runs its real argparse and exits 0

@@ -184,7 +184,7 @@ def test_the_bundle_is_never_written_where_another_user_can_swap_it(tmp_path):
 
 
 def test_the_node_archive_takes_no_symlinked_file(tmp_path, secret):
-    from verify.fleet.noderun import archive_reports
+    from verify.noderun import archive_reports
 
     reports = tmp_path / "report"
     reports.mkdir(mode=0o700)

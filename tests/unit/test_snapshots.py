@@ -9,7 +9,7 @@ import pytest
 
 from tests.helpers.replay import ReplayRunner
 from verify.checks import run_checks
-from verify.checks.gpu_query import GpuInventory
+from verify.facts.gpu_query import GpuInventory
 from verify.node import Node
 from verify.runner import CommandOutput
 

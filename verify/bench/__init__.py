@@ -14,6 +14,7 @@ import importlib
 from dataclasses import dataclass, field, fields
 from typing import Optional
 
+from verify import interrupt
 from verify.bench.common import result
 from verify.result import CheckResult, Status
 
@@ -79,8 +80,8 @@ class Plan:
 
 def hardware_set(node, options: dict) -> tuple:
     """(families the hardware can run, [(family, why not)]) for the quick and full sets."""
-    from verify.bench.hardware import detect
     from verify.bench.nccl import count_gpus
+    from verify.facts.hardware import detect
 
     found = detect(node)
     gpus = len(found.gpus) or count_gpus(node.root)
@@ -245,8 +246,6 @@ def run_benchmarks(
         try:
             results.extend(module.run(spec, profile, node, (overrides or {}).get(family)))
         except KeyboardInterrupt as exc:  # Ctrl-C/SIGTERM (verify.interrupt): keep what finished, then stop
-            from verify.interrupt import interrupted_rows
-
             results.extend(interrupted_rows(family, exc, names[names.index(name) + 1 :], seen))
             return results
         except Exception as exc:  # one broken benchmark must not hide the others' results
@@ -259,3 +258,24 @@ def run_benchmarks(
                 )
             )
     return results
+
+
+def interrupted_rows(family: str, exc: BaseException, rest: list, seen: set) -> list:
+    """Result rows for an interrupted benchmark run: `family` ERROR, each of the names in `rest`
+    not run yet SKIP "not run: interrupted" (one row per benchmark, as they would have run)."""
+    ids = CHECK_IDS  # each family's own row id, so the rows line up across runs
+
+    not_run = []
+    for name in rest:
+        other = canonical(str(name)) or str(name)
+        if other not in seen and other != family and other not in not_run:
+            not_run.append(other)
+
+    why = f"interrupted ({interrupt.signal_name(interrupt.signum_of(exc))})"
+    rows = [CheckResult(check_id=ids.get(family, f"bench.{family}"), role="bench", status=Status.ERROR,
+                        reason=f"{why} while the {family} benchmark ran: its partial result is discarded, "
+                               "its processes killed and its scratch files removed")]
+    for name in not_run:
+        rows.append(CheckResult(check_id=ids.get(name, f"bench.{name}"), role="bench", status=Status.SKIP,
+                                reason=f"not run: {why}"))
+    return rows

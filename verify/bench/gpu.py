@@ -79,8 +79,8 @@ def engine_failure(check_id: str, what: str, out, timeout: float) -> Optional[li
 
 
 def link_facts(node) -> tuple:
-    """({GPU index: NVLink GB/s per direction}, PCIe peak) from the run's hardware (verify.bench.hardware)."""
-    from verify.bench.hardware import detect
+    """({GPU index: NVLink GB/s per direction}, PCIe peak) from the run's hardware (verify.facts.hardware)."""
+    from verify.facts.hardware import detect
 
     found = detect(node)
     return {g.index: g.nvlink_gbps for g in found.gpus}, found.pcie_peak()

@@ -58,13 +58,13 @@ def options_from(overrides: Optional[dict]) -> BurnOptions:
 
 def health_reading(node) -> dict:
     """Xids per bus and uncorrectable ECC per GPU now, read fresh by the health checks' readers."""
-    from verify.checks import health_smi, health_xid
-    from verify.checks.health_common import short_bdf
+    from verify.facts import health_smi, kernel_log
+    from verify.facts.pci import short_bdf
 
     node.memo.pop("health_smi", None)  # memoised per run: a second reading must ask again
     gpus, why = health_smi.query(node)
     node.memo.pop("health_smi", None)
-    log, source = health_xid.read_kernel_log(node)
+    log, source = kernel_log.read_kernel_log(node)
     ecc = {}
     for gpu in gpus:
         try:
@@ -73,7 +73,7 @@ def health_reading(node) -> dict:
         except (ValueError, health_smi.HealthParseError):
             ecc[gpu.bus_id] = {"index": gpu.index, "uncorrected": None}
     xids = {bus: {code: count for code, (count, _) in found.items()}
-            for bus, found in (health_xid.parse_xids(log).items() if log is not None else [])}
+            for bus, found in (kernel_log.parse_xids(log).items() if log is not None else [])}
     return {"ecc": ecc, "ecc_reason": why, "xids": xids, "xid_source": source if log is not None else None,
             "xid_reason": None if log is not None else source}
 

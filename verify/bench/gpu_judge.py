@@ -16,8 +16,9 @@ import statistics
 from dataclasses import dataclass
 from typing import Optional
 
-from verify.bench import gpu_clocks, peaks
+from verify.bench import gpu_clocks
 from verify.bench.common import Threshold, judged, result
+from verify.judging import peaks
 from verify.result import CheckResult, Status
 
 # Ratios of the physical peak used as floors when no profile gives one (low on purpose: the peer
@@ -71,7 +72,7 @@ def gpu_peaks(gpu: dict) -> dict:
 
 def figures(payload: dict, nvlink: Optional[dict] = None, pcie: Optional[peaks.Peak] = None) -> tuple:
     """(figures, error rows) from the engine's payload. `nvlink`: GPU index -> NVLink GB/s per direction
-    (verify.bench.hardware), `pcie`: the GPUs' PCIe peak, for the pairs' bound."""
+    (verify.facts.hardware), `pcie`: the GPUs' PCIe peak, for the pairs' bound."""
     nvlink = nvlink or {}
     facts = {g["index"]: g for g in payload.get("gpus", [])}
     found, errors = [], []

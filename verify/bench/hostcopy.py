@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Optional
 
-from verify.bench import peaks
 from verify.bench.common import (
     CANNOT_RUN,
     ENGINE_CWD,
@@ -23,6 +22,7 @@ from verify.bench.common import (
     tail,
     with_retries,
 )
+from verify.judging import peaks
 from verify.profiles import bench_setting, resolve_threshold
 from verify.result import CheckResult, Status
 
@@ -126,7 +126,7 @@ def sysfs_peak(node, gpu: dict) -> Optional[peaks.Peak]:
     bus_id = (gpu.get("pcie") or {}).get("bus_id")
     if not bus_id:
         return None
-    from verify.bench.hardware import GpuLinks, read_pcie
+    from verify.facts.hardware import GpuLinks, read_pcie
 
     links = GpuLinks(int(gpu.get("index", 0)), str(gpu.get("name", "")), bus_id)
     read_pcie(node, links)

@@ -13,7 +13,6 @@ import os
 from dataclasses import dataclass, field
 from typing import Optional
 
-from verify.bench import peaks
 from verify.bench.common import (
     ENGINE_CWD,
     Threshold,
@@ -30,12 +29,13 @@ from verify.bench.common import (
     read_result,
     result,
     tail,
-    which,
     with_retries,
 )
 from verify.bench.nccl_parse import CurvePoint, NcclParseError, NcclTransport, parse_nccl_debug, parse_nccl_tests
+from verify.judging import peaks
 from verify.profiles import bench_setting, resolve_threshold
 from verify.result import CheckResult, Status
+from verify.runner import which
 
 CHECK_ID = "bench.nccl_allreduce"
 REMEDIATION = "gpu: gpu_nccl_conf (and the NVLink/NIC state); re-run `tunefleet bench nccl` after fixing"
@@ -94,7 +94,7 @@ def link_peak(node, nvls: bool) -> Optional[peaks.Peak]:
     """The busbw bound from the node's NVLink and PCIe links (live node only; None when unknown)."""
     if not node.is_live:
         return None
-    from verify.bench.hardware import detect
+    from verify.facts.hardware import detect
 
     found = detect(node)
     return peaks.allreduce_peak(found.nvlink_per_gpu(), found.pcie_peak(), nvls)
@@ -374,7 +374,7 @@ def run(spec: Optional[dict], profile: Optional[dict], node, overrides: Optional
     peak = peak or peaks.unknown_links_bound()  # unknown links still bound what is possible
     threshold = resolve_threshold("nccl_allreduce_busbw_gbps", profile, spec)
     if threshold is None and opts.backend == "nccl" and node.is_live:
-        from verify.bench.hardware import detect
+        from verify.facts.hardware import detect
 
         threshold = derive_threshold(detect(node).nvlink_per_gpu(), gpus)
     progress(

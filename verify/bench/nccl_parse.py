@@ -207,21 +207,3 @@ def parse_nccl_debug(text: str) -> NcclTransport:
         elif re.search(r"NVLS comm 0x|nvlsSupport 1|NVLS multicast support is available", line) and found.nvls is None:
             found.nvls = True
     return found
-
-
-def parse_nvlink_status(text: str) -> dict:
-    """`nvidia-smi nvlink --status`: GPU index -> list of per-link GB/s (inactive links omitted)."""
-    links: dict = {}
-    gpu = None
-    for number, line in enumerate(text.splitlines(), 1):
-        head = re.match(r"^GPU\s+(\d{1,6}):", line, re.ASCII)
-        if head:
-            gpu = int(head.group(1))
-            links[gpu] = []
-            continue
-        speed = re.match(r"^\s+Link\s+\d+:\s+(\d{1,9}(?:\.\d{1,9})?)\s+GB/s", line, re.ASCII)
-        if speed and gpu is not None:
-            links[gpu].append(float(speed.group(1)))
-        elif speed is None and re.match(r"^\s+Link\s+\d+:\s+[^<\s]*\s+GB/s", line) and gpu is not None:
-            raise NcclParseError(f"nvidia-smi nvlink --status line {number}: unreadable speed: {line.strip()[:80]!r}")
-    return links

@@ -24,12 +24,13 @@ from verify.bench.common import (
     progress,
     result,
     tail,
-    which,
     with_retries,
 )
-from verify.bench.perftest_parse import PerftestParseError, parse_json, parse_port_rate, parse_text
+from verify.bench.perftest_parse import PerftestParseError, parse_json, parse_text
+from verify.facts.links import Port, discover_ports
 from verify.profiles import bench_setting, resolve_threshold
 from verify.result import CheckResult, Status
+from verify.runner import which
 
 TESTS = {
     "write_bw": "ib_write_bw",
@@ -49,19 +50,6 @@ ROCE_DEFAULT_GID = 3  # RoCE v2 over IPv4 on mlx5 (anchors_verify.md 4.5; perfte
 
 
 @dataclass
-class Port:
-    device: str
-    port: int
-    rate_gbits: Optional[float]
-    link_layer: str
-    state: str
-
-    @property
-    def active(self) -> bool:
-        return "ACTIVE" in self.state
-
-
-@dataclass
 class PerftestOptions:
     tests: list = field(default_factory=lambda: ["write_bw"])
     devices: Optional[list] = None
@@ -76,35 +64,6 @@ class PerftestOptions:
     timeout_s: float = 60.0
     server_start_s: float = 1.0
     tool_dir: Optional[str] = None  # where perftest lives when not on PATH
-
-
-def _read(path: str) -> str:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return handle.read(4096).strip()
-    except OSError:
-        return ""
-
-
-def discover_ports(root: str) -> list:
-    base = os.path.join(root, "sys", "class", "infiniband")
-    ports = []
-    for device in sorted(os.listdir(base)) if os.path.isdir(base) else []:
-        port_dir = os.path.join(base, device, "ports")
-        for number in sorted(os.listdir(port_dir)) if os.path.isdir(port_dir) else []:
-            if not (number.isascii() and number.isdigit() and len(number) <= 4):
-                continue  # sysfs names ports 1, 2, ...; anything else is not a port
-            here = os.path.join(port_dir, number)
-            ports.append(
-                Port(
-                    device,
-                    int(number),
-                    parse_port_rate(_read(os.path.join(here, "rate"))),
-                    _read(os.path.join(here, "link_layer")),
-                    _read(os.path.join(here, "state")),
-                )
-            )
-    return ports
 
 
 def perftest_argv(

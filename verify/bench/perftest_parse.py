@@ -181,9 +181,3 @@ def _num(value) -> Optional[float]:
         return float(value)
     except (TypeError, ValueError, OverflowError):
         return None
-
-
-def parse_port_rate(text: str) -> Optional[float]:
-    """`/sys/class/infiniband/<dev>/ports/<n>/rate`, e.g. '400 Gb/sec (4X NDR)' -> 400.0."""
-    match = re.match(r"\s*(\d{1,6}(?:\.\d{1,6})?)\s*Gb/sec", text, re.ASCII)
-    return float(match.group(1)) if match else None

@@ -36,13 +36,13 @@ from verify.bench.common import (
     read_result,
     result,
     tail,
-    which,
     with_retries,
 )
 from verify.bench.gds_parse import GdsParseError, parse_gdscheck, parse_gdsio
 from verify.interrupt import deferred
 from verify.profiles import bench_setting, resolve_threshold
 from verify.result import Status
+from verify.runner import which
 
 REMEDIATION = "storage: storage_scheduler / storage_read_ahead_kb; check the device and filesystem"
 GDS_REMEDIATION = "load nvidia-fs (or enable NVMe P2PDMA) and use an ext4/XFS mount GDS supports (gdscheck -p)"

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from verify.checks.common import result, role_disabled, section, skip
-from verify.checks.gpu_query import query_gpus
+from verify.facts.gpu_query import query_gpus
 from verify.node import Node
 from verify.result import Status
 

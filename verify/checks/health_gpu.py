@@ -4,22 +4,11 @@ Judges are pure functions of the parsed readings (health_smi.GpuHealth); `run_*`
 """
 from __future__ import annotations
 
-from verify.bench.common import Threshold
-from verify.checks import health_smi
 from verify.checks.common import result, skip
-from verify.checks.health_common import (
-    CHECK_COOLING,
-    DRAIN_RMA,
-    REBOOT,
-    RESEAT,
-    RESET_GPU,
-    ROLE,
-    driver_reason,
-    nvidia_gpus_on_bus,
-    profile,
-    short_bdf,
-    threshold,
-)
+from verify.checks.health_common import CHECK_COOLING, DRAIN_RMA, REBOOT, RESEAT, RESET_GPU, ROLE, profile, threshold
+from verify.facts import health_smi
+from verify.facts.pci import driver_reason, nvidia_gpus_on_bus, short_bdf
+from verify.judging.thresholds import Threshold
 from verify.node import Node
 from verify.result import Status
 

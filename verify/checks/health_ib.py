@@ -9,9 +9,9 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from verify.bench.common import Threshold
 from verify.checks.common import result, skip
 from verify.checks.health_common import ROLE, threshold
+from verify.judging.thresholds import Threshold
 from verify.node import Node
 from verify.result import Status
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import re
 
-from verify.bench.common import Threshold
 from verify.checks.common import result, skip
-from verify.checks.health_common import RESET_GPU, ROLE, driver_reason, threshold
+from verify.checks.health_common import RESET_GPU, ROLE, threshold
+from verify.facts.pci import driver_reason
+from verify.judging.thresholds import Threshold
 from verify.node import Node
 from verify.result import Status
 

@@ -13,7 +13,8 @@ import re
 from typing import Optional
 
 from verify.checks.common import result, skip
-from verify.checks.health_common import RESEAT, ROLE, gpu_indices, nvidia_gpus_on_bus, short_bdf
+from verify.checks.health_common import RESEAT, ROLE
+from verify.facts.pci import gpu_indices, nvidia_gpus_on_bus, short_bdf
 from verify.node import Node
 from verify.result import Status
 

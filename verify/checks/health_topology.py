@@ -15,8 +15,9 @@ import re
 from typing import Optional
 
 from verify.checks.common import result, skip
-from verify.checks.health_common import ROLE, driver_reason, gpu_indices, nvidia_gpus_on_bus, profile, short_bdf
+from verify.checks.health_common import ROLE, profile
 from verify.checks.health_pcie import hcas
+from verify.facts.pci import driver_reason, gpu_indices, nvidia_gpus_on_bus, short_bdf
 from verify.node import Node
 from verify.result import Status
 

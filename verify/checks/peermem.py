@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 from verify.checks.common import error, result, role_disabled, section, skip
-from verify.checks.gpu_query import parse_driver_banner
+from verify.facts.gpu_query import parse_driver_banner
 from verify.node import Node
 from verify.result import Status
 

@@ -22,8 +22,8 @@ from typing import Any, Optional
 from verify import __version__
 from verify.bounded_load import BoundedLoadError, load_json_bounded
 from verify.fleet.baseline_rules import DEFAULT_RULES, Rule
-from verify.fleet.outliers import _higher_is_better, _unit, median, numeric_observation
 from verify.result import CheckResult, Status
+from verify.stats.outliers import _higher_is_better, _unit, median, numeric_observation
 
 SCHEMA = "tunefleet.fleet_baseline/v1"
 HISTORY_RUNS = 10  # each host's last runs from the history that join its report's figure

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 from verify.fleet.baseline import hardware_of
-from verify.fleet.outliers import MEASUREMENT_ROLES
-from verify.fleet.uniformity import fleet_versions
 from verify.result import CheckResult, Status
+from verify.stats.outliers import MEASUREMENT_ROLES
+from verify.stats.uniformity import fleet_versions
 
 NODE_REPORT_NAME = "report.json"
 CROSSNODE_GLOB = "crossnode-*.json"

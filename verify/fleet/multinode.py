@@ -158,7 +158,8 @@ def run_profile(args: argparse.Namespace, spec: Optional[dict]) -> Optional[dict
         return None
     facts: dict = {}
     if name == "auto":
-        from verify.node import Node, gather_facts
+        from verify.facts.node_facts import gather_facts
+        from verify.node import Node
 
         facts = gather_facts(Node())
     return bench_profile(spec, facts)

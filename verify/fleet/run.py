@@ -89,8 +89,8 @@ def main(args) -> int:
               file=sys.stderr)
         return 2
     from verify.desired import project_root
+    from verify.fleet.recording import finish_fleet
     from verify.fleet.rundir import new_run_dir
-    from verify.history.cli import finish_fleet
     from verify.history.cli import prepare as prepare_history
     from verify.history.store import HistoryError
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from verify.fleet import outliers as outlier_maths
 from verify.fleet.blame import blame_path_mtu
 from verify.fleet.model import NodeReport
 from verify.result import STATUS_ORDER, CheckResult, Status
+from verify.stats import outliers as outlier_maths
 
 # An outlier this far below the fleet median is a failure, not just a warning.
 OUTLIER_FAIL_RATIO = 0.8
@@ -152,7 +152,7 @@ def _columns(rows: list) -> list:
 
 
 def _curves(nodes: list) -> dict:
-    from verify.fleet.plots import curve_points
+    from verify.report.plots import curve_points
 
     curves: dict = {}
     for node in nodes:

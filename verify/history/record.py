@@ -49,8 +49,8 @@ def measurements_of(results: list) -> list:
 
 def config_of(report: dict, results: list) -> dict:
     """The values drift is judged on: each config check's observed value, and the version facts."""
-    from verify.fleet.uniformity import fleet_versions
     from verify.report import one_line
+    from verify.stats.uniformity import fleet_versions
 
     config = {}
     for r in results:

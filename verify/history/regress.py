@@ -12,8 +12,8 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from verify.fleet.outliers import MEASUREMENT_ROLES, median, numeric_observation
 from verify.result import CheckResult, Status
+from verify.stats.outliers import MEASUREMENT_ROLES, median, numeric_observation
 
 DEFAULT_PERCENT = 10.0
 DEFAULT_RUNS = 5
@@ -107,8 +107,8 @@ def unit_of(result: CheckResult) -> str:
 
 
 def higher_is_better(result: CheckResult) -> bool:
-    """The fleet's rule (verify.fleet.outliers), so the fleet and the history agree on direction."""
-    from verify.fleet.outliers import _higher_is_better
+    """The fleet's rule (verify.stats.outliers), so the fleet and the history agree on direction."""
+    from verify.stats.outliers import _higher_is_better
 
     return _higher_is_better(result)
 

@@ -1,5 +1,5 @@
 """One host's figures over time, for `tunefleet history`: a table, CSV, JSON or a self-contained HTML page
-with one SVG trend per check (verify.history.plots)."""
+with one SVG trend per check (verify.report.trend_plots)."""
 from __future__ import annotations
 
 import csv
@@ -8,15 +8,8 @@ import json
 from dataclasses import dataclass, field
 from html import escape
 
+from verify.report.trend_plots import Point
 from verify.result import Status
-
-
-@dataclass
-class Point:
-    started_at: str
-    run_key: str
-    status: str
-    value: object  # float or None (the run could not measure it)
 
 
 @dataclass
@@ -89,7 +82,7 @@ def to_json(trend: Trend) -> str:
 
 
 def to_html(trend: Trend, regressions: list = ()) -> str:
-    from verify.history import plots
+    from verify.report import trend_plots as plots
 
     svgs = [plots.trend(trend.checks[name], f"{trend.host}: {name}", trend.units.get(name, ""))
             for name in sorted(trend.checks)]

@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 from typing import Any, Optional
 
-from verify.bench.common import Threshold
+from verify.judging.thresholds import Threshold
 
 PROFILE_DIR = Path(__file__).resolve().parent
 

@@ -28,7 +28,7 @@ def render(report: dict) -> str:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(directory)), autoescape=True,
                              undefined=jinja2.StrictUndefined)
     env.filters["one_line"] = one_line
-    from verify.history.plots import report_trends
+    from verify.report.trend_plots import report_trends
 
     return env.get_template(TEMPLATE).render(report=report, results=for_people(report), bench_lines=bench_lines(report),
                                              history_plots=report_trends(report))

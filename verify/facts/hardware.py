@@ -10,8 +10,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
-from verify.bench import peaks
-from verify.bench.nccl_parse import parse_nvlink_status
+from verify.facts.gpu_query import query_gpus
+from verify.facts.links import discover_ports, parse_nvlink_status
+from verify.judging import peaks
+from verify.runner import which
 
 MEMO_KEY = "bench_hardware"
 
@@ -120,8 +122,6 @@ def read_pcie(node, gpu: GpuLinks) -> None:
 
 
 def _hcas(node) -> list:
-    from verify.bench.perftest import discover_ports
-
     return [Hca(p.device, p.port, p.rate_gbits, p.link_layer, p.active) for p in discover_ports(node.root)]
 
 
@@ -129,9 +129,6 @@ def detect(node) -> Hardware:
     """The node's benchmark-relevant hardware (memoised for the run)."""
     if MEMO_KEY in node.memo:
         return node.memo[MEMO_KEY]
-    from verify.bench.common import which
-    from verify.checks.gpu_query import query_gpus
-
     found = Hardware()
     try:
         inventory = query_gpus(node)
@@ -151,33 +148,3 @@ def detect(node) -> Hardware:
     found.perftest = which("ib_write_bw", node.root) is not None
     node.memo[MEMO_KEY] = found
     return found
-
-
-def derived_floors(found: Hardware) -> str:
-    """The floors each benchmark derives from these links when no profile gives one, in one line."""
-    from verify.bench.hostcopy import DERIVED_RATIO as COPY_RATIO
-    from verify.bench.nccl import NVLINK_FAIL_SHARE
-    from verify.bench.perftest import DERIVED_RATIO as RDMA_RATIO
-
-    parts = []
-    nvlink = found.nvlink_per_gpu()
-    if len(found.gpus) >= 2 and nvlink:
-        parts.append(f"all-reduce busbw >= {NVLINK_FAIL_SHARE:g} x NVLink {nvlink:.1f} GB/s per GPU"
-                     f" = {NVLINK_FAIL_SHARE * nvlink:.1f} GB/s")
-    elif len(found.gpus) >= 2:
-        parts.append("all-reduce recorded only (no NVLink reported)")
-    pcie = found.pcie_peak()
-    if found.gpus:
-        parts.append(f"host copies >= {COPY_RATIO.limit:g} x the PCIe link NVML reports per GPU"
-                     + (f" (sysfs: {pcie.source})" if pcie else ""))
-    if found.gpus:
-        from verify.bench.gpu_judge import DERIVED as GPU_RATIOS
-
-        parts.append(f"GPU HBM >= {GPU_RATIOS['hbm'].limit:g} x NVML bus width x memory clock x 2, BF16 matmul >= "
-                     f"{GPU_RATIOS['matmul'].limit:g} x dense peak at max SM clock"
-                     + (f", GPU pair copies >= {GPU_RATIOS['copy'].limit:g} x NVLink" if len(found.gpus) >= 2 else ""))
-    rates = sorted({h.rate_gbits for h in found.active_hcas if h.rate_gbits})
-    if rates:
-        parts.append(f"RDMA >= {RDMA_RATIO.limit:g} x port rate ({', '.join(f'{r:g}' for r in rates)} Gb/s)")
-    parts.append("storage recorded only")
-    return "; ".join(parts)

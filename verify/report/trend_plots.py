@@ -1,21 +1,30 @@
 """One check's figure over a host's runs as an inline SVG, drawn the way the fleet page draws its plots
-(verify.fleet.plots: same frame, ticks and size), so the history page needs no library or script."""
+(verify.report.plots: same frame, ticks and size), so the history page needs no library or script."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from html import escape
 
-from verify.fleet import plots as fleet_plots
-from verify.fleet.outliers import median
+from verify.report import plots as fleet_plots
 from verify.result import Status
+from verify.stats.outliers import median
 
 W, H = fleet_plots.WIDTH, fleet_plots.HEIGHT
 LEFT, RIGHT, TOP, BOTTOM = fleet_plots.LEFT, fleet_plots.RIGHT, fleet_plots.TOP, fleet_plots.BOTTOM
 
 
+@dataclass
+class Point:
+    """One run's figure of one check (verify.history.trend builds them from the history store)."""
+
+    started_at: str
+    run_key: str
+    status: str
+    value: object  # float or None (the run could not measure it)
+
+
 def report_trends(report: dict) -> list:
     """SVG trends of a node report's "history" section (verify.history.cli.finish_local), [] without one."""
-    from verify.history.trend import Point
-
     section = report.get("history") if isinstance(report.get("history"), dict) else {}
     svgs = []
     for check_id, entry in sorted((section.get("trend") or {}).items()):

@@ -9,9 +9,9 @@ firmware as drift of the other's.
 """
 from __future__ import annotations
 
-from verify.fleet.outliers import versions_of
+from verify.stats.outliers import versions_of
 
-FIRMWARE_FACT = "firmware"  # verify.checks.health_firmware.firmware_facts, under the node's facts
+FIRMWARE_FACT = "firmware"  # verify.facts.firmware.firmware_facts, under the node's facts
 
 
 def fleet_versions(facts: dict) -> dict:

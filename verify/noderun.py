@@ -35,7 +35,7 @@ def archive_reports(report_dir: str, archive: str) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m verify.fleet.noderun")
+    parser = argparse.ArgumentParser(prog="python3 -m verify.noderun")
     parser.add_argument("--spec", required=True)
     parser.add_argument("--out", required=True, help="directory for the reports")
     parser.add_argument("--format", default="json,md,junit,prom")
@@ -43,7 +43,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     from verify.cli import main as verify_main
 
-    # --no-history: a fleet run's history is kept once, on the controller (verify.history.cli.finish_fleet).
+    # --no-history: a fleet run's history is kept once, on the controller (verify.fleet.recording.finish_fleet).
     code = verify_main(["verify", "--local", "--spec", args.spec, "--out", args.out, "--format", args.format,
                         "--quiet", "--no-history"])
     if not os.path.isfile(os.path.join(args.out, "report.json")):

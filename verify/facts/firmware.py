@@ -1,9 +1,9 @@
-"""Firmware the fleet report compares across hosts (verify/fleet/uniformity.py): each GPU's VBIOS, from
+"""Firmware the fleet report compares across hosts (verify/stats/uniformity.py): each GPU's VBIOS, from
 the health checks' one nvidia-smi query (no second call), and each RDMA HCA's firmware, type and board
 from /sys/class/infiniband (fw_ver, hca_type, board_id)."""
 from __future__ import annotations
 
-from verify.checks.health_common import driver_reason
+from verify.facts.pci import driver_reason
 from verify.node import Node
 
 
@@ -13,7 +13,7 @@ def firmware_facts(node: Node) -> dict:
     if reason:
         facts["gpus_unavailable"] = reason
     else:
-        from verify.checks import health_smi
+        from verify.facts import health_smi
 
         gpus, why = health_smi.query(node)
         facts["gpus"] = [{"index": g.index, "bus_id": g.bus_id, "name": g.name, "vbios": g.text("vbios_version")}
