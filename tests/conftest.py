@@ -6,7 +6,19 @@ Subprocesses inherit it; a test that builds an environment from scratch must pas
 """
 from __future__ import annotations
 
+import os
+
 import pytest
+from hypothesis import HealthCheck, settings
+
+# The property tests' budgets, one home: a fixed seed and 40 examples in `make test`, a random seed and
+# FUZZ_EXAMPLES (default 1500) in `make fuzz` (TUNEFLEET_HYPOTHESIS_PROFILE=fuzz).
+settings.register_profile("ci", derandomize=True, max_examples=40, deadline=None, print_blob=True,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.register_profile("fuzz", derandomize=False, max_examples=int(os.environ.get("FUZZ_EXAMPLES", "1500")),
+                          deadline=None, print_blob=True,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.load_profile(os.environ.get("TUNEFLEET_HYPOTHESIS_PROFILE", "ci"))
 
 
 @pytest.fixture(autouse=True)

@@ -42,6 +42,10 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--no-bench", action="store_true", help="config checks only")
     v.add_argument("--limit", help="with -i: Ansible host pattern")
     v.add_argument("--quiet", action="store_true", help="no terminal table")
+    v.add_argument("--inject", metavar="DIR", default=None,
+                   help="drill: with --local, answer the commands captured in DIR (<name>.argv + .stdout, "
+                        "as tests/device/capture_health.sh writes them) with their captured output, run every "
+                        "other command for real; the report says so (verify/inject.py)")
     v.add_argument("--probe-login", action="store_true",
                    help="also open a login session (su -l nobody) and record the ulimits it gets")
 
@@ -65,10 +69,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("name", help="benchmark name (see `tunefleet bench list`)")
     b.add_argument("args", nargs=argparse.REMAINDER, help="options for that benchmark")
 
+    from verify.history.ack import add_ack_parser
     from verify.history.cli import add_history_parser, add_verify_arguments  # standard library only
 
     add_verify_arguments(v)
     add_history_parser(sub)
+    add_ack_parser(sub)
 
     sub.add_parser("profiles", help="list the shipped hardware profiles")
 
@@ -99,6 +105,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from verify.profiles import main as run
     elif args.command == "history":
         from verify.history.cli import main as run
+    elif args.command == "ack":
+        from verify.history.ack import main as run
     else:
         from verify.local_run import spec_main as run
     if args.command not in ("verify", "bench"):
@@ -110,7 +118,7 @@ def run_interruptible(run, args) -> int:
     """verify and bench: Ctrl-C or SIGTERM stops the run without a traceback (verify.interrupt).
 
     A benchmark interrupted mid-run is ERROR "interrupted", the reports/JSON hold what finished,
-    and the exit status is 128 + the signal (130 Ctrl-C, 143 SIGTERM) instead of 0/1/2.
+    and the exit status is 128 + the signal (130 Ctrl-C, 143 SIGTERM) instead of 0/1/2/3.
     """
     from verify import interrupt
 

@@ -28,13 +28,22 @@ def _load():
 
 
 _home = _load()
+AT_LEAST = _home.AT_LEAST
+AT_MOST = _home.AT_MOST
+DIRECTIONS = _home.DIRECTIONS
+DIRECTION_NAMES = _home.DIRECTION_NAMES
+EXACT = _home.EXACT
 KernelRuleError = _home.KernelRuleError
 MAX_CPUS = _home.MAX_CPUS
 PROC_SYS = _home.PROC_SYS
+compare = _home.compare
+direction_of = _home.direction_of
 format_cpulist = _home.format_cpulist
+kernel_int = _home.kernel_int
 normalise_value = _home.normalise_value
 parse_choices = _home.parse_choices
 parse_cpulist = _home.parse_cpulist
+settle = _home.settle
 sysctl_key = _home.sysctl_key
 sysctl_key_problem = _home.sysctl_key_problem
 sysctl_path = _home.sysctl_path

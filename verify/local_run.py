@@ -12,10 +12,12 @@ import sys
 import time
 from typing import Optional
 
+from verify import inject
 from verify.desired import SpecError, load_spec_file, load_vars_file, render_spec
 from verify.facts.node_facts import gather_facts
 from verify.node import Node
 from verify.result import EXIT_BAD_INPUT, CheckResult, Status, exit_code
+from verify.runner import run_command
 
 
 class UsageError(ValueError):
@@ -85,9 +87,9 @@ def choose_profile(spec: dict, facts: dict, node: Optional[Node] = None) -> tupl
     if name == "auto":
         import verify.profiles as profiles
 
-        picked = profiles.pick_profile(facts)
+        picked = profiles.pick_profile(facts, by_model=True)
         if picked is not None:
-            return picked, f"{picked['name']}: auto, its match fits {seen}"
+            return picked, f"{picked['name']}: auto, {picked.get('auto_how') or 'its match fits'}; node: {seen}"
     floors = derived_floors(hardware) if hardware else "recorded only"
     why = "no shipped profile matches" if name == "auto" else "no profile named (verify_profile is empty)"
     return None, f"derived from link peaks: {why} {seen}; floors: {floors}"
@@ -123,26 +125,45 @@ def run_benchmarks(spec: dict, node: Node, facts: dict, names: Optional[list], r
         return [CheckResult("bench", "verify", Status.SKIP, reason=record["reason"])]
     start = time.perf_counter()
     try:
+        # Detection parses tool output (nvidia-smi, sysfs) a driver update can change: whatever it raises
+        # costs the benchmark phase, with the cause, never the run. Named profiles go through it too.
+        hardware = detect(node).to_dict()
+    except Exception as exc:  # noqa: BLE001 - see above
+        record["reason"] = f"hardware detection failed: {type(exc).__name__}: {exc}"
+        return [CheckResult("bench", "verify", Status.ERROR, reason=record["reason"],
+                            remediation="run `nvidia-smi -q` and `nvidia-smi nvlink --status` by hand; "
+                                        "--no-bench checks the configuration meanwhile")]
+    try:
         profile, how = choose_profile(spec, facts, node)
     except (UsageError, ValueError, ImportError) as exc:
         return [CheckResult("bench", "verify", Status.ERROR, reason=f"hardware profile: {exc}")]
-    record.update(profile=(profile or {}).get("name"), profile_how=how, hardware=detect(node).to_dict())
+    record.update(profile=(profile or {}).get("name"), profile_how=how, hardware=hardware)
     try:
         return bench(spec, profile, node, names, record=record)
     finally:
         record["wall_s"] = round(time.perf_counter() - start, 2)
 
 
-def verify_node(spec: dict, node: Node, bench: bool = True, bench_names: Optional[list] = None) -> dict:
-    """Facts, config checks and (optionally) benchmarks for one node: the report document."""
+def verify_node(spec: dict, node: Node, bench: bool = True, bench_names: Optional[list] = None,
+                history=None) -> dict:
+    """Facts, config checks and (optionally) benchmarks for one node: the report document.
+
+    Before any check runs, node.memo["lookback"] says from when the health checks judge kernel and
+    driver events: the host's last operator ack in `history` (verify.history.cli.RunHistory), else boot.
+    """
     from verify.checks import run_checks
+    from verify.history.cli import lookback_of
+    from verify.history.store import BOOT
     from verify.report import build_report, utc_now
 
-    started, start = utc_now(), time.perf_counter()
+    started = utc_now()
+    facts = gather_facts(node)  # first: the host name the history knows this node by
+    lookback = BOOT if history is None else lookback_of(history, str(facts.get("host")))
+    node.memo["lookback"] = lookback.to_memo()
+    start = time.perf_counter()
     timings: dict = {}
     results = run_checks(spec, node, timings=timings)
     checks_s = time.perf_counter() - start
-    facts = gather_facts(node)
     bench_record: dict = {"selection": "none", "ran": [], "skipped": []}
     if not bench:
         bench_record["reason"] = "--no-bench: config checks only"
@@ -152,6 +173,7 @@ def verify_node(spec: dict, node: Node, bench: bool = True, bench_names: Optiona
         bench_record["reason"] = "the desired state asks for none (verify_benchmarks: [])"
     run = {
         "started_at": started,
+        "lookback": node.memo["lookback"],
         "duration_s": round(time.perf_counter() - start, 3),
         "config_checks_s": round(checks_s, 4),
         "check_timings_s": timings,
@@ -164,7 +186,7 @@ def verify_node(spec: dict, node: Node, bench: bool = True, bench_names: Optiona
 
 
 def main(args) -> int:
-    from verify.report import terminal, write_reports
+    from verify.report import WRITERS, terminal
 
     try:
         formats = parse_formats(args.format)
@@ -172,29 +194,69 @@ def main(args) -> int:
         check_bench_options(spec)
         ensure_writable_dir(args.out, getattr(args, "world_readable", False))
         history = open_history(args)
-    except (UsageError, SpecError) as exc:
+        drill = getattr(args, "inject", None)
+        over_tree = args.root not in ("/", "")
+        runner = inject.load(drill, inject.no_command if over_tree else run_command) if drill else run_command
+    except (UsageError, SpecError, inject.InjectionError) as exc:
         print(f"tunefleet verify: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     names = [n.strip() for n in args.bench.split(",") if n.strip()] if args.bench else None
-    node = Node(root=args.root, probe_login=getattr(args, "probe_login", False))
+    # A drill over a tree: the captures are that node's commands, so its command-based checks run.
+    node = Node(root=args.root, runner=runner, probe_login=getattr(args, "probe_login", False),
+                live=True if drill and over_tree else None)
     try:
-        report = verify_node(spec, node, bench=not args.no_bench, bench_names=names)
+        report = verify_node(spec, node, bench=not args.no_bench, bench_names=names, history=history)
     except BaseException:
         history.close()
         raise
-    # The node judged against its own past, the run recorded, the verdict acted on (verify.history).
+    if isinstance(runner, inject.InjectedRunner):  # a drill: nobody may take its verdict for the node's own
+        report["run"]["injected"] = {"from": runner.directory, "answered": list(runner.answered)}
+    world_readable = getattr(args, "world_readable", False)
+    # Reports first, history after: a history that cannot be read or written never costs the reports.
+    written, messages = write_each_format(report, formats, args.out, world_readable)
     from verify.history.cli import finish_local
 
-    finish_local(history, report, node)
-    written, skipped = write_reports(report, formats, args.out, getattr(args, "world_readable", False))
+    before = len(report["results"])
+    finish_local(history, report, node)  # judged against its past, recorded, the verdict acted on
+    if len(report["results"]) != before or "history" in report:  # the history's rows and trend join them
+        written, more = write_each_format(report, written, args.out, world_readable)
+        messages += more
     if not args.quiet:
         tty = sys.stdout.isatty()
-        sys.stdout.write(terminal.render(report, width=0 if tty else 200, colour=tty))
-    for message in skipped:
+        try:
+            sys.stdout.write(terminal.render(report, width=0 if tty else 200, colour=tty))
+        except Exception as exc:  # noqa: BLE001 - the table is a view of reports already written
+            messages.append(f"terminal table not shown, its renderer failed: {type(exc).__name__}: {exc}")
+    for message in messages:
         print(f"tunefleet verify: {message}", file=sys.stderr)
     if not args.quiet and written:
-        print(f"reports: {', '.join(written)}")
+        print(f"reports: {', '.join(os.path.join(args.out, WRITERS[f][1]) for f in written)}")
     return exit_code(CheckResult.from_dict(r) for r in report["results"])
+
+
+def write_each_format(report: dict, formats: list, out_dir: str, world_readable: bool) -> tuple:
+    """(formats written, one message per format not written): each format on its own, so a renderer that
+    fails on this report (a fact it did not expect) costs that format only, never the others."""
+    from verify.report import write_reports
+    from verify.safe_io import UnsafePathError
+
+    written, messages = [], []
+    for fmt in formats:
+        try:
+            done, skipped = write_reports(report, [fmt], out_dir, world_readable)
+        except UnsafePathError as exc:
+            messages.append(f"{fmt}: not written, {out_dir} cannot be used safely: {exc.strerror}")
+            continue
+        except OSError as exc:
+            messages.append(f"{fmt}: not written to {out_dir}: {exc.strerror or exc}")
+            continue
+        except Exception as exc:  # noqa: BLE001 - a renderer's bug costs its own format, with the cause
+            messages.append(f"{fmt}: not written, its renderer failed on this report: {type(exc).__name__}: {exc}")
+            continue
+        messages += skipped
+        if done:
+            written.append(fmt)
+    return written, messages
 
 
 def open_history(args):

@@ -4,7 +4,11 @@
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.tunefleet.gpu_node.plugins.module_utils.kernel_rules import sysctl_key_problem, sysctl_path
+from ansible_collections.tunefleet.gpu_node.plugins.module_utils.kernel_rules import (
+    direction_of,
+    sysctl_key_problem,
+    sysctl_path,
+)
 
 
 def sysctl_proc_path(key: str) -> str:
@@ -46,6 +50,18 @@ def sysctl_live_values(settings: dict) -> dict:
     return {sysctl_proc_path(key): value for key, value in settings.items()}
 
 
+def sysctl_directions(settings: dict, exact_keys: list) -> dict:
+    """/proc/sys path -> at_least/at_most for the keys that may stay above (below) their value;
+    keys in exact_keys (sysctl_exact_keys) and keys with no rule are left out: exact."""
+    return {sysctl_proc_path(key): direction for key in settings
+            for direction in [direction_of(key, exact_keys or [])] if direction != "exact"}
+
+
+def sysctl_persisted(settings: dict) -> dict:
+    """key -> /proc/sys path, in the drop-in's order: the module writes each line with the value in force."""
+    return {key: sysctl_proc_path(key) for key in settings}
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -54,4 +70,6 @@ class FilterModule:
             "sysctl_effective": sysctl_effective,
             "sysctl_live_values": sysctl_live_values,
             "sysctl_setting_name": sysctl_setting_name,
+            "sysctl_directions": sysctl_directions,
+            "sysctl_persisted": sysctl_persisted,
         }

@@ -8,7 +8,7 @@ from __future__ import annotations
 import fnmatch
 import os
 
-from ansible_collections.tunefleet.gpu_node.plugins.module_utils.kernel_rules import parse_choices
+from ansible_collections.tunefleet.gpu_node.plugins.module_utils.kernel_rules import kernel_int, parse_choices
 from ansible_collections.tunefleet.gpu_node.plugins.module_utils.sysfs import read_text
 
 
@@ -20,7 +20,7 @@ def read_device(block_dir: str) -> dict:
         "name": os.path.basename(block_dir),
         "scheduler": selected or scheduler_menu or None,
         "schedulers": offered,
-        "read_ahead_kb": int(read_ahead) if read_ahead and read_ahead.isdigit() else None,
+        "read_ahead_kb": kernel_int(read_ahead),
     }
 
 

@@ -13,8 +13,10 @@ import re
 from typing import Iterable, List, Optional, Tuple
 
 __all__ = [
-    "KernelRuleError", "MAX_CPUS", "PROC_SYS", "format_cpulist", "normalise_value", "parse_choices",
-    "parse_cpulist", "sysctl_key", "sysctl_key_problem", "sysctl_path", "value_words",
+    "AT_LEAST", "AT_MOST", "DIRECTION_NAMES", "DIRECTIONS", "EXACT", "KernelRuleError", "MAX_CPUS", "PROC_SYS",
+    "compare",
+    "direction_of", "format_cpulist", "kernel_int", "normalise_value", "parse_choices", "parse_cpulist", "settle",
+    "sysctl_key", "sysctl_key_problem", "sysctl_path", "value_words",
 ]
 
 
@@ -73,6 +75,19 @@ def value_words(value: object) -> List[str]:
     return str(value).split()
 
 
+def kernel_int(text: object) -> Optional[int]:
+    """A number as the kernel prints one (ASCII digits, an optional '-', at most 20 digits: 64 bits),
+    else None. A 5000-digit word or a Unicode digit (`²`, which str.isdigit() accepts and int()
+    refuses) is no kernel number, and never raises."""
+    if not isinstance(text, str):
+        return None
+    word = text.strip()
+    return int(word) if _INT_WORD.fullmatch(word) else None
+
+
+_INT_WORD = re.compile(r"-?[0-9]{1,20}")
+
+
 def normalise_value(value: object) -> str:
     """The form to compare and report: words joined by one space (`4096\\t87380\\n` -> `4096 87380`)."""
     return " ".join(value_words(value))
@@ -93,6 +108,104 @@ def parse_choices(text: str) -> Tuple[Optional[str], List[str]]:
             active = name
         offered.append(name)
     return active, offered
+
+
+# ---------------------------------------------------------------- directions (never de-tune)
+
+AT_LEAST, AT_MOST, EXACT = "at_least", "at_most", "exact"
+# Which way a tuned value may differ from the recommendation and still be kept (issue 26 item 7).
+# `at_least`: a ceiling, a queue, a table or a count that the node may already have above the
+# recommendation (the node's image or its operator raised it for a reason): the roles raise it only
+# when it is below, field by field for multi-value keys, and verify PASSes a higher value.
+# `at_most`: the same the other way round (none of the shipped values is one today).
+# `exact`: a mode or a switch (swappiness 0, numa_balancing 0, THP modes, the I/O scheduler, the
+# governor, tcp_mtu_probing, congestion control, the port range) where "more" is not "better".
+# Any name not listed is `exact`; an inventory can force `exact` on a listed one
+# (sysctl_exact_keys). Sysctl keys by their dotted name, the other roles' values as <role>.<item>.
+DIRECTIONS = {
+    # socket buffer ceilings and defaults: a larger buffer never slows a flow down
+    "net.core.rmem_max": AT_LEAST,
+    "net.core.wmem_max": AT_LEAST,
+    "net.core.rmem_default": AT_LEAST,
+    "net.core.wmem_default": AT_LEAST,
+    "net.core.optmem_max": AT_LEAST,
+    "net.ipv4.tcp_rmem": AT_LEAST,  # min default max, each field on its own
+    "net.ipv4.tcp_wmem": AT_LEAST,
+    "net.ipv4.udp_rmem_min": AT_LEAST,
+    "net.ipv4.udp_wmem_min": AT_LEAST,
+    # queues and tables: a longer one drops less
+    "net.core.netdev_max_backlog": AT_LEAST,
+    "net.core.somaxconn": AT_LEAST,
+    "net.ipv4.tcp_max_syn_backlog": AT_LEAST,
+    "net.ipv4.neigh.default.gc_thresh1": AT_LEAST,
+    "net.ipv4.neigh.default.gc_thresh2": AT_LEAST,
+    "net.ipv4.neigh.default.gc_thresh3": AT_LEAST,
+    "net.ipv6.neigh.default.gc_thresh1": AT_LEAST,
+    "net.ipv6.neigh.default.gc_thresh2": AT_LEAST,
+    "net.ipv6.neigh.default.gc_thresh3": AT_LEAST,
+    # process-wide ceilings
+    "vm.max_map_count": AT_LEAST,
+    "fs.nr_open": AT_LEAST,
+    "fs.file-max": AT_LEAST,
+    "fs.inotify.max_user_watches": AT_LEAST,
+    "fs.inotify.max_user_instances": AT_LEAST,
+    "fs.aio-max-nr": AT_LEAST,
+    "kernel.pid_max": AT_LEAST,
+    "kernel.threads-max": AT_LEAST,
+    # the other roles' ceilings (limits: pam_limits and systemd; memory: huge page pools)
+    "limits.memlock": AT_LEAST,
+    "limits.nofile": AT_LEAST,
+    "limits.nproc": AT_LEAST,
+    "limits.stack": AT_LEAST,
+    "limits.systemd_memlock": AT_LEAST,
+    "limits.systemd_nofile": AT_LEAST,
+    "memory.hugepages_2m": AT_LEAST,
+    "memory.hugepages_1g": AT_LEAST,
+}
+DIRECTION_NAMES = (AT_LEAST, AT_MOST, EXACT)
+# A field is compared as a number only when it is one the kernel could print (a 64-bit value);
+# int() of a 5000-digit word would be refused by Python's digit limit, or be slow.
+_FIELD = re.compile(r"-?[0-9]{1,20}")
+
+
+def direction_of(name: str, exact_names: Iterable[str] = ()) -> str:
+    """The direction of a tuned value by its name: `exact` where the inventory forces it or nobody listed it."""
+    if name in set(exact_names or ()):
+        return EXACT
+    return DIRECTIONS.get(name, EXACT)
+
+
+def _numbers(value: object) -> Optional[List[int]]:
+    words = value_words(value)
+    if not words or not all(_FIELD.fullmatch(word) for word in words):
+        return None
+    return [int(word) for word in words]
+
+
+def settle(direction: str, current: object, wanted: object) -> str:
+    """The value to have in force: the recommendation, or the node's own where it is better.
+
+    `at_least` keeps each field of the node that is above the recommendation's (tcp_rmem
+    `4096 131072 6291456` against `4096 87380 268435456` -> `4096 131072 268435456`); `at_most`
+    each field below it. When the two do not compare field by field (a word that is no number,
+    another field count, an `exact` value) the recommendation stands.
+    """
+    if direction not in (AT_LEAST, AT_MOST):
+        return normalise_value(wanted)
+    have, want = _numbers(current), _numbers(wanted)
+    if have is None or want is None or len(have) != len(want):
+        return normalise_value(wanted)
+    better = max if direction == AT_LEAST else min
+    return " ".join(str(better(h, w)) for h, w in zip(have, want))
+
+
+def compare(direction: str, observed: object, wanted: object) -> str:
+    """`same`, `better` (the node is past the recommendation the right way: kept), or `worse`."""
+    if normalise_value(observed) == normalise_value(wanted):
+        return "same"
+    if direction in (AT_LEAST, AT_MOST) and settle(direction, observed, wanted) == normalise_value(observed):
+        return "better"
+    return "worse"
 
 
 # ---------------------------------------------------------------- CPU lists

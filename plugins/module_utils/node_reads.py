@@ -16,6 +16,7 @@ from typing import Callable, List, Optional
 
 from ansible_collections.tunefleet.gpu_node.plugins.module_utils import gpu_node, nics
 from ansible_collections.tunefleet.gpu_node.plugins.module_utils.block_devices import find_devices
+from ansible_collections.tunefleet.gpu_node.plugins.module_utils.kernel_rules import kernel_int
 from ansible_collections.tunefleet.gpu_node.plugins.module_utils.preflight_checks import as_bool, on_root
 from ansible_collections.tunefleet.gpu_node.plugins.module_utils.sysfs import read_text
 
@@ -85,7 +86,7 @@ def read_node(root: str, variables: dict, roles: List[str], which: Callable[[str
         node["thp"] = os.path.exists(on_root(root, THP_ENABLED))
     if "limits" in roles:
         text = _read(root, "/proc/sys/fs/nr_open")
-        node["nr_open"] = int(text) if text and text.isdigit() else None
+        node["nr_open"] = kernel_int(text)
     if "gpu" in roles:
         gpu = gpu_node.gather(root, which, module_known)
         wanted = as_bool(variables.get("gpu_persistence_mode", True))

@@ -75,8 +75,8 @@ def as_int(value: Any) -> Optional[int]:
     """An integer, or digits in a string (what `-e network_mtu=9000` passes); None otherwise."""
     if is_plain_int(value):
         return value
-    if isinstance(value, str) and re.fullmatch(r"-?[0-9]+", value.strip()):
-        return int(value)
+    if isinstance(value, str):
+        return kernel_rules.kernel_int(value)  # 5000 digits: not a number any setting takes
     return None
 
 
@@ -219,6 +219,17 @@ def check_sysctl(root: str, variables: Dict[str, Any]) -> List[Problem]:
     if not isinstance(skip, list):
         problems.append(Problem("sysctl_skip_keys", skip, "must be a list of sysctl keys"))
         skip = []
+    exact = variables.get("sysctl_exact_keys") or []
+    if not isinstance(exact, list) or not all(isinstance(key, str) for key in exact):
+        problems.append(Problem("sysctl_exact_keys", exact, "must be a list of sysctl keys"))
+    else:
+        for key in exact:
+            if kernel_rules.sysctl_key_problem(key):
+                problems.append(Problem("sysctl_exact_keys", key,
+                                        "is not a sysctl key (expected e.g. vm.max_map_count)"))
+            elif key not in merged:
+                problems.append(Problem("sysctl_exact_keys", key,
+                                        "names a key that neither sysctl_settings nor sysctl_extra_settings sets"))
     for key, (variable, value) in sorted(merged.items()):
         if key in skip:
             continue
@@ -402,7 +413,7 @@ def check_memory(root: str, variables: Dict[str, Any]) -> List[Problem]:
     for node, count in (per_node or {}).items():
         label = f"memory_hugepages_2m_per_node[{node!r}]"
         number = str(node)[4:] if str(node).startswith("node") else str(node)
-        if isinstance(node, bool) or not number.isdigit():
+        if isinstance(node, bool) or kernel_rules.kernel_int(number) is None or number.startswith("-"):
             problems.append(Problem(label, count, "NUMA node must be a number such as 0 (or 'node0')"))
         elif as_int(count) is None or as_int(count) < 0:
             problems.append(Problem(label, count, "must be a non-negative integer (pages)"))
@@ -433,8 +444,7 @@ def check_cpu(root: str, variables: Dict[str, Any]) -> List[Problem]:
         return [Problem("cpu_governor", governor, "must be a governor name such as 'performance'")]
     offered_files = sorted(glob.glob(on_root(root, GOVERNORS)))
     for offered_file in offered_files:  # none at all: no cpufreq (a VM), the cpu role skips
-        with open(offered_file, encoding="utf-8") as handle:
-            offered = handle.read().split()
+        offered = (_read("/", offered_file) or "").split()  # the glob is already under root; odd bytes read as U+FFFD
         if governor not in offered:
             cpu = offered_file.split("/cpufreq/")[0].rsplit("/", 1)[-1]
             return [Problem("cpu_governor", governor, f"{cpu} does not offer it (offers: {', '.join(offered)})")]
@@ -479,7 +489,7 @@ def check_gpu(root: str, variables: Dict[str, Any]) -> List[Problem]:
 def check_limits(root: str, variables: Dict[str, Any]) -> List[Problem]:
     problems: List[Problem] = []
     nr_open_text = _read(root, "/proc/sys/fs/nr_open")
-    nr_open = int(nr_open_text) if nr_open_text and nr_open_text.isdigit() else None
+    nr_open = kernel_rules.kernel_int(nr_open_text)
     for variable in LIMIT_NAMES + ("limits_systemd_memlock", "limits_systemd_nofile"):
         value = variables.get(variable)
         if value is None:

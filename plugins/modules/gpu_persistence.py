@@ -11,6 +11,7 @@ from ansible_collections.tunefleet.gpu_node.plugins.module_utils.gpu_node import
     PersistenceError,
     parse_query,
 )
+from ansible_collections.tunefleet.gpu_node.plugins.module_utils.module_guard import failing_cleanly
 
 DOCUMENTATION = r"""
 module: gpu_persistence
@@ -50,34 +51,36 @@ def _report(before: List[GpuPersistence], after: List[GpuPersistence]) -> dict:
 def main() -> None:
     module = AnsibleModule(argument_spec={"nvidia_smi": {"type": "path", "default": "nvidia-smi"}},
                            supports_check_mode=True)
-    smi = module.params["nvidia_smi"]
+    with failing_cleanly(module, "tunefleet.gpu_node.gpu_persistence"):
+        smi = module.params["nvidia_smi"]
 
-    def query() -> List[GpuPersistence]:
-        rc, out, err = module.run_command([smi] + PERSISTENCE_QUERY)
+        def query() -> List[GpuPersistence]:
+            rc, out, err = module.run_command([smi] + PERSISTENCE_QUERY)
+            if rc != 0:
+                module.fail_json(msg=f"nvidia-smi persistence query failed (rc {rc}): {(err or out).strip()}")
+            try:
+                return parse_query(out)
+            except PersistenceError as exc:
+                module.fail_json(msg=str(exc))
+
+        before = query()
+        disabled = [gpu for gpu in before if gpu.mode == "Disabled"]
+        if not disabled:
+            module.exit_json(changed=False, msg=f"persistence mode already Enabled on {len(before)} GPU(s)",
+                             **_report(before, before))
+        if module.check_mode:
+            after = [GpuPersistence(g.index, g.bus_id, "Enabled") for g in before]
+            module.exit_json(changed=True, msg=f"would run nvidia-smi -pm 1 ({len(disabled)} GPU(s) Disabled)",
+                             **_report(before, after))
+        rc, out, err = module.run_command([smi, "-pm", "1"])
         if rc != 0:
-            module.fail_json(msg=f"nvidia-smi persistence query failed (rc {rc}): {(err or out).strip()}")
-        try:
-            return parse_query(out)
-        except PersistenceError as exc:
-            module.fail_json(msg=str(exc))
-
-    before = query()
-    disabled = [gpu for gpu in before if gpu.mode == "Disabled"]
-    if not disabled:
-        module.exit_json(changed=False, msg=f"persistence mode already Enabled on {len(before)} GPU(s)",
-                         **_report(before, before))
-    if module.check_mode:
-        after = [GpuPersistence(g.index, g.bus_id, "Enabled") for g in before]
-        module.exit_json(changed=True, msg=f"would run nvidia-smi -pm 1 ({len(disabled)} GPU(s) Disabled)",
+            module.fail_json(msg=f"nvidia-smi -pm 1 failed (rc {rc}): {(err or out).strip()}")
+        after = query()
+        still = [g.index for g in after if g.mode != "Enabled"]
+        if still:
+            module.fail_json(msg=f"persistence mode still Disabled on GPU {', '.join(still)} after nvidia-smi -pm 1")
+        module.exit_json(changed=True, msg=f"persistence mode enabled on {len(disabled)} GPU(s)",
                          **_report(before, after))
-    rc, out, err = module.run_command([smi, "-pm", "1"])
-    if rc != 0:
-        module.fail_json(msg=f"nvidia-smi -pm 1 failed (rc {rc}): {(err or out).strip()}")
-    after = query()
-    still = [g.index for g in after if g.mode != "Enabled"]
-    if still:
-        module.fail_json(msg=f"persistence mode still Disabled on GPU {', '.join(still)} after nvidia-smi -pm 1")
-    module.exit_json(changed=True, msg=f"persistence mode enabled on {len(disabled)} GPU(s)", **_report(before, after))
 
 
 if __name__ == "__main__":

@@ -10,9 +10,12 @@ import re
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.tunefleet.gpu_node.plugins.module_utils.kernel_rules import (
+    DIRECTION_NAMES,
+    EXACT,
     normalise_value,
     parse_choices,
     parse_cpulist,
+    settle,
 )
 from ansible_collections.tunefleet.gpu_node.plugins.module_utils.ledger_core import (
     DEFAULT_LEDGER_PATH,
@@ -22,6 +25,7 @@ from ansible_collections.tunefleet.gpu_node.plugins.module_utils.ledger_core imp
     snapshot_file,
     write_file_atomically,
 )
+from ansible_collections.tunefleet.gpu_node.plugins.module_utils.module_guard import failing_cleanly
 
 DOCUMENTATION = r"""
 ---
@@ -44,6 +48,17 @@ options:
     description: Absolute path -> wanted value (string or integer).
     type: dict
     required: true
+  directions:
+    description:
+      - Path -> C(at_least), C(at_most) or C(exact) (the default for a path not given). An
+        C(at_least) value is raised only where the node is below it, field by field for multi-value
+        files (tcp_rmem C(min default max)), where a field of the node above the wanted one stays, so
+        tuning never lowers a value the node already has higher; C(at_most) the other way round.
+        A value kept this way is neither changed, nor in the diff, nor recorded in the ledger; it is
+        returned under C(kept), and C(in_force) says what each path holds after the call.
+      - The kernel_rules module of this collection names each key's direction (C(DIRECTIONS)).
+    type: dict
+    default: {}
   tolerate_eio:
     description:
       - Report writes refused with EIO under C(refused) instead of failing. The kernel answers EIO
@@ -62,6 +77,9 @@ options:
         controller) and C(mode) (default C(0644)), or C(state=absent) to remove it. Written atomically
         as root:root after the live values, creating missing parent directories (0755); a symlink in
         their place is replaced, never followed.
+      - C(persist_values) (a dict, name -> path of O(values)) appends one line C(name = value) per
+        entry to C(content), in the order given, the value being what the path holds after the call
+        (the node's own where O(directions) kept it), so a reboot does not lower it either.
     type: list
     elements: dict
     default: []
@@ -83,8 +101,8 @@ options:
         C(state=absent) (stopped and disabled before its files are removed). Without systemd as the
         service manager they are left alone, with a warning.
       - C(restart_when_changed) lists paths of O(files) whose change must reach a running unit (a new
-        C(ExecStart)): the unit is restarted when one of them changed and it was already running.
-      - C(start=false) only enables the unit (for the next boot): for a boot unit that re-applies
+        C(ExecStart)); the unit is restarted when one of them changed and it was already running.
+      - C(start=false) only enables the unit (for the next boot), for a boot unit that re-applies
         values this call has already set live.
     type: list
     elements: dict
@@ -134,6 +152,16 @@ refused:
   returned: always
   type: list
   elements: str
+kept:
+  description: Paths whose node value is already past the wanted one in its O(directions) (not changed, not recorded).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"path": "/proc/sys/vm/max_map_count", "node": "8249672", "wanted": "262144", "in_force": "8249672"}]
+in_force:
+  description: Path -> the value it holds after the call (or would hold, in check mode).
+  returned: always
+  type: dict
 files_changed:
   description: Paths of O(files) that were written or removed (or would be in check mode).
   returned: always
@@ -207,9 +235,22 @@ def _write(path: str, value: str) -> None:
         handle.write(value)
 
 
-def plan(values: dict) -> tuple:
+def plan(values: dict, directions: dict = None) -> tuple:
     """Read every path, validate every value; return (changes, errors) without writing anything."""
-    changes, errors = [], []
+    changes, _, _, errors = plan_values(values, directions)
+    return changes, errors
+
+
+def plan_values(values: dict, directions: dict = None) -> tuple:
+    """(changes, kept, in_force, errors): what to write, what the node already has better, and what
+    every path holds afterwards; reads only."""
+    changes, kept, in_force, errors = [], [], {}, []
+    directions = directions or {}
+    for path, direction in sorted(directions.items()):
+        if direction not in DIRECTION_NAMES:
+            errors.append(f"{path}: direction {direction!r} is not one of {', '.join(DIRECTION_NAMES)}")
+        elif path not in values:
+            errors.append(f"{path}: has a direction but no value")
     for path, wanted in sorted(values.items()):
         if isinstance(wanted, bool) or not isinstance(wanted, (str, int)):
             errors.append(f"{path}: value {wanted!r} must be a string or an integer, not {type(wanted).__name__}")
@@ -234,9 +275,14 @@ def plan(values: dict) -> tuple:
                 errors.append(f"{path}: {wanted!r} is not a CPU list ({exc})")
                 continue
         before = current_value(path, raw)
-        if not same_value(path, before, wanted):
-            changes.append({"path": path, "before": before, "after": wanted})
-    return changes, errors
+        direction = directions.get(path, EXACT)
+        settled = settle(direction, before, wanted) if _kind(path) == "plain" else wanted
+        in_force[path] = before if same_value(path, before, settled) else settled
+        if settled != wanted:
+            kept.append({"path": path, "node": before, "wanted": wanted, "in_force": settled})
+        if not same_value(path, before, settled):
+            changes.append({"path": path, "before": before, "after": settled})
+    return changes, kept, in_force, errors
 
 
 def apply(changes: list, tolerate_eio: bool = False) -> list:
@@ -312,6 +358,30 @@ def plan_files(files: list) -> tuple:
     return changes, errors
 
 
+def with_persisted_values(files: list, in_force: dict, values: dict) -> tuple:
+    """The files with their persist_values lines appended (the values in force), and the errors."""
+    done, errors = [], []
+    for spec in files:
+        lines = spec.get("persist_values") if isinstance(spec, dict) else None
+        if not lines:
+            done.append(spec)
+            continue
+        if not isinstance(lines, dict) or not isinstance(spec.get("content", ""), str):
+            errors.append(f"{spec.get('path')}: persist_values must be a mapping of name to a path of values")
+            continue
+        unknown = [path for path in lines.values() if path not in values]
+        if unknown:
+            errors.append(f"{spec.get('path')}: persist_values names {', '.join(map(str, unknown))}, not in values")
+            continue
+        head = spec.get("content", "")
+        if head and not head.endswith("\n"):  # a template lookup may drop its last newline
+            head += "\n"
+        content = head + "".join(
+            f"{name} = {in_force.get(path, normalise_value(values[path]))}\n" for name, path in lines.items())
+        done.append(dict({k: v for k, v in spec.items() if k != "persist_values"}, content=content))
+    return done, errors
+
+
 def apply_files(changes: list) -> None:
     for change in changes:
         path = change["path"]
@@ -384,6 +454,7 @@ def main() -> None:
         argument_spec={
             "values": {"type": "dict", "required": True},
             "tolerate_eio": {"type": "bool", "default": False},
+            "directions": {"type": "dict", "default": {}},
             "labels": {"type": "dict", "default": {}},
             "files": {"type": "list", "elements": "dict", "default": []},
             "recorded_by": {"type": "str", "default": ""},
@@ -395,121 +466,131 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
-    p = module.params
-    if p["refuse"]:
-        module.fail_json(msg="nothing was changed: " + "; ".join(p["refuse"]), errors=p["refuse"])
-    changes, errors = plan(p["values"])
-    file_changes, file_errors = plan_files(p["files"])
-    labels = p["labels"]
+    with failing_cleanly(module, "tunefleet.gpu_node.kernel_values"):
+        p = module.params
+        if p["refuse"]:
+            module.fail_json(msg="nothing was changed: " + "; ".join(p["refuse"]), errors=p["refuse"])
+        changes, kept, in_force, errors = plan_values(p["values"], p["directions"])
+        files, persist_errors = with_persisted_values(p["files"], in_force, p["values"])
+        file_changes, file_errors = plan_files(files)
+        file_errors = persist_errors + file_errors
+        labels = p["labels"]
 
-    def named(text: str) -> str:  # every error starts with its path
-        label = labels.get(text.split(": ", 1)[0])
-        return f"{label}: {text}" if label else text
+        def named(text: str) -> str:  # every error starts with its path
+            label = labels.get(text.split(": ", 1)[0])
+            return f"{label}: {text}" if label else text
 
-    also = p["record_also"]
-    also_problems = [f"record_also: {key!r} must be a list of strings (paths, files or services)"
-                     for key, value in also.items()
-                     if key not in ("paths", "files", "services")
-                     or not isinstance(value, list) or not all(isinstance(item, str) for item in value)]
-    errors = ([named(error) for error in errors] + file_errors + unit_problems(p["units"])
-              + kernel_module_problems(p["kernel_modules"]) + also_problems)
-    if errors:
-        module.fail_json(msg="nothing was changed: " + "; ".join(errors), errors=errors)
-    systemd = os.path.isdir("/run/systemd/system") and module.get_bin_path("systemctl") is not None
+        also = p["record_also"]
+        also_problems = [f"record_also: {key!r} must be a list of strings (paths, files or services)"
+                         for key, value in also.items()
+                         if key not in ("paths", "files", "services")
+                         or not isinstance(value, list) or not all(isinstance(item, str) for item in value)]
+        errors = ([named(error) for error in errors] + file_errors + unit_problems(p["units"])
+                  + kernel_module_problems(p["kernel_modules"]) + also_problems)
+        if errors:
+            module.fail_json(msg="nothing was changed: " + "; ".join(errors), errors=errors)
+        systemd = os.path.isdir("/run/systemd/system") and module.get_bin_path("systemctl") is not None
 
-    def run(argv: list) -> tuple:
-        if not systemd:
-            return None, "", "not systemd"
-        return module.run_command(argv)
+        def run(argv: list) -> tuple:
+            if not systemd:
+                return None, "", "not systemd"
+            return module.run_command(argv)
 
-    def systemctl(verb: str, name: str = "") -> None:
-        rc, out, err = module.run_command(["systemctl", verb] + ([name] if name else []))
-        if rc != 0:
-            module.fail_json(msg=f"systemctl {verb} {name}: {(err or out).strip()} (exit {rc})", recorded=recorded,
-                             files_changed=[c["path"] for c in file_changes])
-
-    units = p["units"] if systemd else []
-    wanted = [u["name"] for u in p["units"] if u.get("state", "enabled") == "enabled"]
-    if wanted and not systemd and not module.check_mode:  # check mode: the diff shows the unit file
-        module.warn("the service manager here is not systemd: " + ", ".join(wanted)
-                    + " written but not enabled, so the setting is not applied again at boot")
-    recorded = {}
-    if p["recorded_by"]:
-        # After validation (a refused input leaves no ledger), before the first write.
-        try:
-            recorded = record("/", p["ledger_path"], sorted(p["values"]) + also.get("paths", []),
-                              [f["path"] for f in p["files"]] + also.get("files", []),
-                              [u["name"] for u in p["units"]] + also.get("services", []), run,
-                              recorded_by=p["recorded_by"], check_mode=module.check_mode,
-                              kernel_modules=p["kernel_modules"])
-        except (LedgerError, OSError) as exc:
-            module.fail_json(msg=f"nothing was changed: ledger {p['ledger_path']}: {exc}")
-    refused = []
-    if changes and not module.check_mode:
-        try:
-            refused = apply(changes, p["tolerate_eio"])
-        except KernelValueError as exc:
-            module.fail_json(msg=named(str(exc)), recorded=recorded)
-    unit_changes = []
-    changed_files = frozenset(c["path"] for c in file_changes)
-    for unit in units:
-        before = unit_state(run, unit["name"])
-        steps = unit_steps(unit, before, changed_files)
-        if steps:
-            enabling = unit.get("state", "enabled") == "enabled"
-            active = ("active" if unit.get("start", True) else before["active"]) if enabling else "inactive"
-            after = {"enabled": "enabled" if enabling else "disabled", "active": active}
-            unit_changes.append({"name": unit["name"], "state": unit.get("state", "enabled"), "steps": steps,
-                                 "before": before, "after": after})
-    if not module.check_mode:  # stop before the unit file goes
-        for change in unit_changes:
-            if change["state"] == "absent":
-                for verb in change["steps"]:
-                    systemctl(verb, change["name"])
-    if file_changes and not module.check_mode:
-        try:
-            apply_files(file_changes)
-        except OSError as exc:
-            module.fail_json(msg=f"{exc.filename}: cannot be written ({exc.strerror}); the live values stay applied",
-                             recorded=recorded)
-    if systemd and not module.check_mode and any(c["path"].startswith("/etc/systemd/") for c in file_changes):
-        systemctl("daemon-reload")  # a drop-in for a unit this call does not manage (openibd) too
-    if units and not module.check_mode:
-        for change in unit_changes:
-            if change["state"] == "enabled":
-                for verb in change["steps"]:
-                    systemctl(verb, change["name"])
-    modules_loaded = [name for name in p["kernel_modules"] if not module_loaded("/", name)]
-    if modules_loaded and not module.check_mode:
-        modprobe = module.get_bin_path("modprobe", opt_dirs=["/usr/sbin", "/sbin"], required=True)
-        for name in modules_loaded:
-            rc, out, err = module.run_command([modprobe, name])
+        def systemctl(verb: str, name: str = "") -> None:
+            rc, out, err = module.run_command(["systemctl", verb] + ([name] if name else []))
             if rc != 0:
-                module.fail_json(msg=f"modprobe {name}: {(err or out).strip()} (exit {rc}); the files stay written",
-                                 recorded=recorded, files_changed=[c["path"] for c in file_changes])
-    applied = [change for change in changes if change["path"] not in refused]
-    diffs = []
-    if applied:
-        diffs.append({"before_header": "live kernel values", "after_header": "live kernel values",
-                      "before": diff_text(applied, "before"), "after": diff_text(applied, "after")})
-    diffs.extend(file_diffs(file_changes))
-    if unit_changes:
-        diffs.append({"before_header": "systemd units", "after_header": "systemd units",
-                      "before": unit_text(unit_changes, "before"), "after": unit_text(unit_changes, "after")})
-    if modules_loaded:
-        diffs.append({"before_header": "kernel modules", "after_header": "kernel modules", "before": "",
-                      "after": "".join(f"{name} loaded\n" for name in modules_loaded)})
-    module.exit_json(
-        changed=bool(applied) or bool(file_changes) or bool(unit_changes) or bool(modules_loaded)
-        or any(recorded.values()),
-        units_changed=unit_changes,
-        modules_loaded=modules_loaded,
-        changes=applied,
-        refused=refused,
-        files_changed=[c["path"] for c in file_changes],
-        recorded=recorded,
-        diff=diffs[0] if len(diffs) == 1 else diffs,
-    )
+                module.fail_json(msg=f"systemctl {verb} {name}: {(err or out).strip()} (exit {rc})", recorded=recorded,
+                                 files_changed=[c["path"] for c in file_changes])
+
+        units = p["units"] if systemd else []
+        wanted = [u["name"] for u in p["units"] if u.get("state", "enabled") == "enabled"]
+        if wanted and not systemd and not module.check_mode:  # check mode: the diff shows the unit file
+            module.warn("the service manager here is not systemd: " + ", ".join(wanted)
+                        + " written but not enabled, so the setting is not applied again at boot")
+        recorded = {}
+        if p["recorded_by"]:
+            # After validation (a refused input leaves no ledger), before the first write.
+            try:
+                # A value the node already has better is not touched, so restore has nothing to put back.
+                untouched = {k["path"] for k in kept} - {c["path"] for c in changes}
+                recorded = record("/", p["ledger_path"],
+                                  [path for path in sorted(p["values"]) if path not in untouched]
+                                  + also.get("paths", []),
+                                  [f["path"] for f in p["files"]] + also.get("files", []),
+                                  [u["name"] for u in p["units"]] + also.get("services", []), run,
+                                  recorded_by=p["recorded_by"], check_mode=module.check_mode,
+                                  kernel_modules=p["kernel_modules"])
+            except (LedgerError, OSError) as exc:
+                module.fail_json(msg=f"nothing was changed: ledger {p['ledger_path']}: {exc}")
+        refused = []
+        if changes and not module.check_mode:
+            try:
+                refused = apply(changes, p["tolerate_eio"])
+            except KernelValueError as exc:
+                module.fail_json(msg=named(str(exc)), recorded=recorded)
+        unit_changes = []
+        changed_files = frozenset(c["path"] for c in file_changes)
+        for unit in units:
+            before = unit_state(run, unit["name"])
+            steps = unit_steps(unit, before, changed_files)
+            if steps:
+                enabling = unit.get("state", "enabled") == "enabled"
+                active = ("active" if unit.get("start", True) else before["active"]) if enabling else "inactive"
+                after = {"enabled": "enabled" if enabling else "disabled", "active": active}
+                unit_changes.append({"name": unit["name"], "state": unit.get("state", "enabled"), "steps": steps,
+                                     "before": before, "after": after})
+        if not module.check_mode:  # stop before the unit file goes
+            for change in unit_changes:
+                if change["state"] == "absent":
+                    for verb in change["steps"]:
+                        systemctl(verb, change["name"])
+        if file_changes and not module.check_mode:
+            try:
+                apply_files(file_changes)
+            except OSError as exc:
+                module.fail_json(msg=f"{exc.filename}: cannot be written ({exc.strerror}); "
+                                 "the live values stay applied",
+                                 recorded=recorded)
+        if systemd and not module.check_mode and any(c["path"].startswith("/etc/systemd/") for c in file_changes):
+            systemctl("daemon-reload")  # a drop-in for a unit this call does not manage (openibd) too
+        if units and not module.check_mode:
+            for change in unit_changes:
+                if change["state"] == "enabled":
+                    for verb in change["steps"]:
+                        systemctl(verb, change["name"])
+        modules_loaded = [name for name in p["kernel_modules"] if not module_loaded("/", name)]
+        if modules_loaded and not module.check_mode:
+            modprobe = module.get_bin_path("modprobe", opt_dirs=["/usr/sbin", "/sbin"], required=True)
+            for name in modules_loaded:
+                rc, out, err = module.run_command([modprobe, name])
+                if rc != 0:
+                    module.fail_json(msg=f"modprobe {name}: {(err or out).strip()} (exit {rc}); the files stay written",
+                                     recorded=recorded, files_changed=[c["path"] for c in file_changes])
+        applied = [change for change in changes if change["path"] not in refused]
+        diffs = []
+        if applied:
+            diffs.append({"before_header": "live kernel values", "after_header": "live kernel values",
+                          "before": diff_text(applied, "before"), "after": diff_text(applied, "after")})
+        diffs.extend(file_diffs(file_changes))
+        if unit_changes:
+            diffs.append({"before_header": "systemd units", "after_header": "systemd units",
+                          "before": unit_text(unit_changes, "before"), "after": unit_text(unit_changes, "after")})
+        if modules_loaded:
+            diffs.append({"before_header": "kernel modules", "after_header": "kernel modules", "before": "",
+                          "after": "".join(f"{name} loaded\n" for name in modules_loaded)})
+        module.exit_json(
+            changed=bool(applied) or bool(file_changes) or bool(unit_changes) or bool(modules_loaded)
+            or any(recorded.values()),
+            units_changed=unit_changes,
+            modules_loaded=modules_loaded,
+            changes=applied,
+            kept=kept,
+            in_force=in_force,
+            refused=refused,
+            files_changed=[c["path"] for c in file_changes],
+            recorded=recorded,
+            diff=diffs[0] if len(diffs) == 1 else diffs,
+        )
 
 
 if __name__ == "__main__":

@@ -130,6 +130,7 @@ from ansible_collections.tunefleet.gpu_node.plugins.module_utils.ledger_restore 
     archive_ledger,
     restore,
 )
+from ansible_collections.tunefleet.gpu_node.plugins.module_utils.module_guard import failing_cleanly  # noqa: E402
 
 
 def make_runner(module: AnsibleModule):
@@ -190,21 +191,22 @@ def main() -> None:
         ),
         supports_check_mode=True,
     )
-    try:
-        if module.params["state"] == "recorded":
-            run_record(module)
-        else:
-            run_restore(module)
-    except LedgerError as exc:
-        module.fail_json(msg=str(exc))
-    except OSError as exc:
-        module.fail_json(msg=f"{exc.filename or module.params['ledger_path']}: {exc.strerror}")
-    except Exception as exc:  # noqa: BLE001 - a failure with a message, the traceback kept in the result
-        import traceback
+    with failing_cleanly(module, "tunefleet.gpu_node.ledger"):
+        try:
+            if module.params["state"] == "recorded":
+                run_record(module)
+            else:
+                run_restore(module)
+        except LedgerError as exc:
+            module.fail_json(msg=str(exc))
+        except OSError as exc:
+            module.fail_json(msg=f"{exc.filename or module.params['ledger_path']}: {exc.strerror}")
+        except Exception as exc:  # noqa: BLE001 - a failure with a message, the traceback kept in the result
+            import traceback
 
-        module.fail_json(msg=f"ledger ({module.params['state']}) {module.params['ledger_path']}: "
-                             f"{type(exc).__name__}: {exc}; the ledger was left as it is",
-                         exception=traceback.format_exc())
+            module.fail_json(msg=f"ledger ({module.params['state']}) {module.params['ledger_path']}: "
+                                 f"{type(exc).__name__}: {exc}; the ledger was left as it is",
+                             exception=traceback.format_exc())
 
 
 if __name__ == "__main__":

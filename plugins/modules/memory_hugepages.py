@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.tunefleet.gpu_node.plugins.module_utils.module_guard import failing_cleanly
 
 DOCUMENTATION = r"""
 module: memory_hugepages
@@ -222,15 +223,16 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
-    params = module.params
-    try:
-        result = apply(params["total"], params["per_node"], params["proc_root"], params["sysfs_root"],
-                       module.check_mode)
-    except HugepagesError as exc:
-        module.fail_json(msg=str(exc))
-    for warning in result.pop("warnings"):
-        module.warn(warning)
-    module.exit_json(**result)
+    with failing_cleanly(module, "tunefleet.gpu_node.memory_hugepages"):
+        params = module.params
+        try:
+            result = apply(params["total"], params["per_node"], params["proc_root"], params["sysfs_root"],
+                           module.check_mode)
+        except HugepagesError as exc:
+            module.fail_json(msg=str(exc))
+        for warning in result.pop("warnings"):
+            module.warn(warning)
+        module.exit_json(**result)
 
 
 if __name__ == "__main__":

@@ -82,6 +82,7 @@ problems:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.tunefleet.gpu_node.plugins.module_utils.module_guard import failing_cleanly  # noqa: E402
 from ansible_collections.tunefleet.gpu_node.plugins.module_utils.node_reads import read_node  # noqa: E402
 from ansible_collections.tunefleet.gpu_node.plugins.module_utils.preflight_checks import (  # noqa: E402
     preflight,
@@ -116,24 +117,25 @@ def main() -> None:
         ),
         supports_check_mode=True,
     )
-    p = module.params
-    found = preflight(p["root"], p["variables"], p["roles"], make_ip_details(module),
-                      p["defined_names"], p["known_names"])
-    problems = [x.message(p["host"]) for x in found]
-    if problems:
-        module.fail_json(msg="preflight refused this host, nothing was changed:\n" + "\n".join(problems),
-                         problems=problems)
-    enabled = [role for role in p["roles"] if role_enabled(p["variables"], role)]
+    with failing_cleanly(module, "tunefleet.gpu_node.preflight"):
+        p = module.params
+        found = preflight(p["root"], p["variables"], p["roles"], make_ip_details(module),
+                          p["defined_names"], p["known_names"])
+        problems = [x.message(p["host"]) for x in found]
+        if problems:
+            module.fail_json(msg="preflight refused this host, nothing was changed:\n" + "\n".join(problems),
+                             problems=problems)
+        enabled = [role for role in p["roles"] if role_enabled(p["variables"], role)]
 
-    def which(name: str):
-        return module.get_bin_path(name, opt_dirs=["/usr/bin", "/usr/local/bin", "/usr/sbin", "/sbin"])
+        def which(name: str):
+            return module.get_bin_path(name, opt_dirs=["/usr/bin", "/usr/local/bin", "/usr/sbin", "/sbin"])
 
-    def module_known(name: str) -> bool:
-        modinfo = module.get_bin_path("modinfo", opt_dirs=["/usr/sbin", "/sbin"])
-        return bool(modinfo) and module.run_command([modinfo, "-n", name])[0] == 0
+        def module_known(name: str) -> bool:
+            modinfo = module.get_bin_path("modinfo", opt_dirs=["/usr/sbin", "/sbin"])
+            return bool(modinfo) and module.run_command([modinfo, "-n", name])[0] == 0
 
-    node = read_node(p["root"], p["variables"], enabled, which, module_known, module.run_command)
-    module.exit_json(changed=False, problems=[], ansible_facts={"tunefleet_node": node})
+        node = read_node(p["root"], p["variables"], enabled, which, module_known, module.run_command)
+        module.exit_json(changed=False, problems=[], ansible_facts={"tunefleet_node": node})
 
 
 if __name__ == "__main__":

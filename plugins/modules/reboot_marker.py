@@ -93,6 +93,7 @@ from ansible_collections.tunefleet.gpu_node.plugins.module_utils.ledger_core imp
     on_node,
     write_file_atomically,
 )
+from ansible_collections.tunefleet.gpu_node.plugins.module_utils.module_guard import failing_cleanly  # noqa: E402
 
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 # A marker holds a few short reasons; anything far bigger is not one of ours.
@@ -145,6 +146,8 @@ def parse_marker(text: str) -> tuple:
         data = json.loads(text)
     except ValueError as exc:
         return None, None, f"not JSON ({str(exc)[:80]})"
+    except RecursionError:  # a marker is one flat object; a deeply nested one is damaged, not ours
+        return None, None, "nested too deeply to be a marker"
     if not isinstance(data, dict):
         return None, None, "not a JSON object"
     boot_id = data.get("boot_id", "")  # the role's default('') for a marker without one
@@ -270,16 +273,17 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
-    p = module.params
-    try:
-        result = apply(p["root"], p["path"], p["reasons"], p["forget_earlier"], module.check_mode)
-    except MarkerError as exc:
-        module.fail_json(msg=str(exc))
-    except OSError as exc:
-        module.fail_json(msg=f"reboot_marker_path {p['path']}: {exc.strerror or exc} ({exc.filename or ''})")
-    if not module._diff:
-        result.pop("diff", None)
-    module.exit_json(**result)
+    with failing_cleanly(module, "tunefleet.gpu_node.reboot_marker"):
+        p = module.params
+        try:
+            result = apply(p["root"], p["path"], p["reasons"], p["forget_earlier"], module.check_mode)
+        except MarkerError as exc:
+            module.fail_json(msg=str(exc))
+        except OSError as exc:
+            module.fail_json(msg=f"reboot_marker_path {p['path']}: {exc.strerror or exc} ({exc.filename or ''})")
+        if not module._diff:
+            result.pop("diff", None)
+        module.exit_json(**result)
 
 
 if __name__ == "__main__":

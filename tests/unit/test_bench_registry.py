@@ -8,7 +8,7 @@ import sys
 import types
 
 import pytest
-from bench_helpers import output, scripted_node
+from bench_helpers import NODE_FIXTURES, output, scripted_node
 
 import verify.bench as bench
 from verify.bench import cli
@@ -147,8 +147,62 @@ def test_auto_profile_says_which_and_how(tmp_path):
     node = _node_with(tmp_path, 1)
     node.live = True
     profile, how = choose_profile(spec, h100, node)
-    assert profile is None
-    assert how.startswith("derived from link peaks: no shipped profile matches 1x NVIDIA H100 80GB HBM3, no NVLink,"
-                          " PCIe Gen5 x16, no active HCA; floors: host copies >= 0.7 x the PCIe link")
+    # issue 26: the one-GPU H100 gets its model's profile, floors from the healthy H100 measured
+    assert profile["name"] == "h100-sxm-1x-model"
+    assert how.startswith("h100-sxm-1x-model: auto") and "measured healthy h100-sxm" in how
+    assert how.endswith("node: 1x NVIDIA H100 80GB HBM3, no NVLink, PCIe Gen5 x16, no active HCA")
+    unknown = {"gpus": {"gpus": [{"name": "NVIDIA Quadro K2200"}]}}
+    profile, how = choose_profile(spec, unknown, node)
+    assert profile is None and how.startswith("derived from link peaks: no shipped profile matches")
     named, how = choose_profile({"verify": {"profile": "h100-sxm-8x"}}, h100)
     assert named["name"] == "h100-sxm-8x" and "named by the desired state" in how
+
+
+# ---- hardware detection is total (issue 27 item 5) ---------------------------------------------------
+
+NVLINK_STATUS = NODE_FIXTURES / "nvidia-smi-nvlink-status.txt"  # the 2x H200 machine's real output
+
+
+def _gpu_node(tmp_path, nvlink_answer):
+    """The real Node over an empty tree, live, whose NVML listed the 2x H200 machine's GPUs; `nvidia-smi nvlink
+    --status` answers `nvlink_answer(argv)`."""
+    from verify.facts.gpu_query import Gpu, GpuInventory
+
+    node = scripted_node(lambda argv: nvlink_answer(argv) if argv[:2] == ["nvidia-smi", "nvlink"]
+                         else output(argv, missing=True), root=str(tmp_path))
+    node.live = True
+    node.memo["gpus"] = GpuInventory("nvml", [Gpu(i, f"00000000:00:0{6 + i}.0", "NVIDIA H200", True, 143771)
+                                              for i in range(2)])
+    return node
+
+
+def test_an_unreadable_nvlink_speed_is_a_reason_never_an_exception(tmp_path):
+    from verify.facts.hardware import detect
+
+    # the machine's real output with one speed no longer a plain number
+    text = NVLINK_STATUS.read_text().replace("Link 3: 26.562 GB/s", "Link 3: N/A GB/s", 1)
+    found = detect(_gpu_node(tmp_path, lambda argv: output(argv, stdout=text)))
+    assert "unreadable speed" in found.nvlink_reason and "Link 3: N/A GB/s" in found.nvlink_reason
+    assert [g.nvlink_links for g in found.gpus] == [0, 0] and found.nvlink_per_gpu() is None
+    assert found.to_dict()["nvlink_reason"] == found.nvlink_reason
+    assert "NVLink unknown (nvidia-smi nvlink --status line" in found.describe()
+    refused = "Unable to determine the device handle"
+    failed = detect(_gpu_node(tmp_path, lambda argv: output(argv, stderr=refused, returncode=255)))
+    assert failed.nvlink_reason == "nvidia-smi nvlink --status failed: Unable to determine the device handle"
+    healthy = detect(_gpu_node(tmp_path, lambda argv: output(argv, stdout=NVLINK_STATUS.read_text())))
+    assert healthy.nvlink_reason == "" and [g.nvlink_links for g in healthy.gpus] == [18, 18]
+
+
+def test_the_benchmark_phase_and_auto_run_through_an_unreadable_nvlink_speed(tmp_path):
+    """A named or auto profile on such a node: the profile line and the derived floors are said, nothing raises."""
+    from verify.bench.floors import derived_floors
+    from verify.facts.hardware import detect
+    from verify.local_run import choose_profile
+
+    text = NVLINK_STATUS.read_text().replace("26.562 GB/s", "?? GB/s")
+    node = _gpu_node(tmp_path, lambda argv: output(argv, stdout=text))
+    profile, how = choose_profile({"verify": {"profile": "auto"}}, {"gpus": node.memo["gpus"].to_dict()}, node)
+    assert profile["name"] == "h200-x2-nvlink" and "NVLink unknown" in how
+    assert "all-reduce recorded only (NVLink unknown: nvidia-smi nvlink --status line" in derived_floors(detect(node))
+    named, _ = choose_profile({"verify": {"profile": "h100-sxm-8x"}}, {}, node)
+    assert named["name"] == "h100-sxm-8x"

@@ -172,7 +172,8 @@ def test_port_down_slow_or_erroring(tmp_path):
     ib_port(tree, device="mlx5_4", symbol_error=3)
     ib_port(tree, device="mlx5_5", link_downed=42)
     by_port = {r.check_id.split(".", 2)[2]: r for r in health_ib.run(spec_with(), tree.node())}
-    assert by_port["mlx5_1/1"].status is Status.SKIP  # admin-disabled port: not in use
+    # Disabled while its siblings of the same model are Active: a port that should be up (issue 26 item 5)
+    assert by_port["mlx5_1/1"].status is Status.FAIL and "Disabled" in by_port["mlx5_1/1"].reason
     assert by_port["mlx5_2/1"].status is Status.FAIL and "Polling" in by_port["mlx5_2/1"].reason  # rdma_expected
     assert by_port["mlx5_3/1"].status is Status.FAIL and "rate 200" in by_port["mlx5_3/1"].reason
     assert by_port["mlx5_4/1"].status is Status.WARN and "symbol_error 3" in by_port["mlx5_4/1"].reason

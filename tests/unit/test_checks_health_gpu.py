@@ -135,17 +135,46 @@ def test_real_captures_have_healthy_memory(capture):
     assert result.status is Status.PASS and result.check_id == "health.gpu.memory.0"
 
 
-@pytest.mark.parametrize("name, value, status, words", [
-    ("ecc.errors.uncorrected.volatile.total", "2", Status.FAIL, "nvidia-smi -r -i 0"),
-    ("remapped_rows.pending", "Yes", Status.FAIL, "nvidia-smi -r -i 0"),
-    ("remapped_rows.failure", "Yes", Status.FAIL, "RMA"),
-    ("ecc.errors.uncorrected.aggregate.total", "4", Status.WARN, "RMA"),
-    ("ecc.mode.current", "Disabled", Status.WARN, "nvidia-smi -e 1"),
+@pytest.mark.parametrize("name, value, status, action, words", [
+    # NVIDIA GPU Memory Error Management: a pending remap is applied at the next reset (reset when idle);
+    # the RMA criterion is the remapping failure flag
+    ("ecc.errors.uncorrected.volatile.total", "2", Status.WARN, "reset-gpu", "nvidia-smi -r -i 0"),
+    ("remapped_rows.pending", "Yes", Status.WARN, "reset-gpu", "nvidia-smi -r -i 0"),
+    ("remapped_rows.failure", "Yes", Status.FAIL, "drain-rma", "RMA"),
+    ("ecc.errors.uncorrected.aggregate.total", "4", Status.WARN, "watch", "look again if it repeats"),
+    ("ecc.mode.current", "Disabled", Status.WARN, "watch", "nvidia-smi -e 1"),
 ])
-def test_each_memory_fault_gets_its_verdict_and_remedy(name, value, status, words):
+def test_each_memory_fault_gets_its_verdict_and_remedy(name, value, status, action, words):
     result = health_gpu.judge_memory(health_smi.parse(with_field(IDLE, name, value))[0])
-    assert result.status is status and words in result.remediation
+    assert result.status is status and words in result.remediation and result.details["action"] == action
     assert "GPU 0 (00000000:83:00.0)" in result.reason
+
+
+def a10_remap_pending(capture: str) -> str:
+    """The A10's real remap state (public/nvidia-smi-q_faulty_gpud-a10-remap-pending-535.129.03.txt: Pending
+    Yes, Uncorrectable Error 4, Failure No) put into the H200's real query row: two fields changed."""
+    return with_field(with_field(capture, "remapped_rows.pending", "Yes"), "remapped_rows.uncorrectable", "4")
+
+
+def test_a_pending_remap_is_reset_when_idle_and_a_remap_failure_is_rma():
+    correctable_only = health_gpu.judge_memory(health_smi.parse(with_field(IDLE, "remapped_rows.pending", "Yes"))[0])
+    assert correctable_only.status is Status.WARN and "correctable-error rows only" in correctable_only.reason
+    pending = health_gpu.judge_memory(health_smi.parse(a10_remap_pending(IDLE))[0])
+    assert pending.status is Status.WARN and pending.details["action"] == "reset-gpu"
+    assert "4 row(s) remapped for uncorrectable errors" in pending.reason and "when it is idle" in pending.remediation
+    failed = health_gpu.judge_memory(health_smi.parse(with_field(a10_remap_pending(IDLE), "remapped_rows.failure",
+                                                                 "Yes"))[0])
+    assert failed.status is Status.FAIL and failed.details["action"] == "drain-rma"
+    assert failed.observed == "row remapping failed (NVIDIA's RMA criterion for GPU memory)"
+
+
+def test_the_healthy_twins_remap_state_passes():
+    # public/nvidia-smi-q_healthy_gpud-h100x8-535.161.08.txt: every GPU Pending No, Failure No, 0 rows
+    text = (HEALTH / "public" / "nvidia-smi-q_healthy_gpud-h100x8-535.161.08.txt").read_text()
+    assert "Pending                           : Yes" not in text and "Remapping Failure Occurred        : No" in text
+    healthy = with_field(with_field(IDLE, "remapped_rows.pending", "No"), "remapped_rows.failure", "No")
+    result = health_gpu.judge_memory(health_smi.parse(healthy)[0])
+    assert result.status is Status.PASS and "action" not in result.details
 
 
 # ---- clocks, temperature, power -----------------------------------------------------------------------
@@ -182,28 +211,48 @@ def kernel_log(text: str) -> ReplayRunner:
     return smi(IDLE, {"dmesg": CommandOutput(["dmesg", "--kernel"], 0, text, "", 0.01)})
 
 
-def test_fatal_xids_fail_per_gpu_and_others_warn():
-    found = kernel_log_facts.parse_xids((HEALTH / "kernel_log_xid79_48_documented.txt").read_text())
-    assert set(found) == {"0000:3b:00.0", "0000:86:00.0", "0000:af:00.0"}
-    assert found["0000:86:00.0"][79][0] == 2
-    fallen = health_xid.judge_xids("0000:86:00.0", found["0000:86:00.0"], 1, "dmesg --kernel")
-    assert fallen.status is Status.FAIL and "Xid 79 x2 (GPU has fallen off the bus)" in fallen.reason
-    assert "GPU 1 (0000:86:00.0)" in fallen.reason and "reboot" in fallen.remediation
-    dbe = health_xid.judge_xids("0000:3b:00.0", found["0000:3b:00.0"], 0, "dmesg --kernel")
-    assert dbe.status is Status.FAIL and "nvidia-smi -r -i 0" in dbe.remediation
-    app = health_xid.judge_xids("0000:af:00.0", found["0000:af:00.0"], None, "dmesg --kernel")
-    assert app.status is Status.WARN and "GPU at 0000:af:00.0" in app.reason
+def run_xid(tmp_path, log: str, bus=(H200_BUS,), lookback: dict = None, uptime: str = None) -> dict:
+    tree = gpu_tree(tmp_path, bus=bus)
+    if uptime:
+        tree.write("/proc/uptime", uptime)
+    node = tree.node(runner=kernel_log(log), live=True)
+    if lookback:
+        node.memo["lookback"] = lookback
+    return {r.check_id: r for r in health_xid.run(desired_state(), node)}
+
+
+DOCUMENTED = (HEALTH / "kernel_log_xid79_48_documented.txt").read_text()
+DOCUMENTED_BUSES = ("0000:3b:00.0", "0000:86:00.0", "0000:af:00.0")
+
+
+def test_each_xid_gets_its_catalog_class_per_gpu(tmp_path):
+    found = kernel_log_facts.parse_xids(DOCUMENTED)
+    assert set(found) == set(DOCUMENTED_BUSES) and found["0000:86:00.0"][79][0] == 2
+    results = run_xid(tmp_path, DOCUMENTED, bus=DOCUMENTED_BUSES)
+    fallen = results["health.gpu.xid.0000:86:00.0"]
+    assert fallen.status is Status.FAIL and fallen.details["action"] == "reboot"
+    assert "Xid 79 x2 (GPU has fallen off the bus: reboot)" in fallen.reason and "reboot" in fallen.remediation
+    assert "GPU at 0000:86:00.0" in fallen.reason  # nvidia-smi lists only the capture's GPU: no index
+    # Xid 48 + 63 in the same second: one incident, reset when idle (not a drain)
+    dbe = results["health.gpu.xid.0000:3b:00.0"]
+    assert dbe.status is Status.WARN and dbe.details["action"] == "reset-gpu"
+    assert "nvidia-smi -r -i 0000:3b:00.0" in dbe.remediation and dbe.details["xids"]["63"]["action"] == "reset-gpu"
+    app = results["health.gpu.xid.0000:af:00.0"]
+    assert app.status is Status.WARN and app.details["action"] == "application"
+    assert "pid 48211 (python3)" in app.remediation and "application pid 48211 (python3)" in app.reason
 
 
 def test_xid_154_carries_the_drivers_own_verdict(tmp_path):
     log = (HEALTH / "kernel_log_xid62_154_forum_595.71.05.txt").read_text()
-    node = gpu_tree(tmp_path, bus=("0000:01:00.0",)).node(runner=kernel_log(log), live=True)
-    result = health_xid.run(desired_state(), node)[0]
-    assert result.status is Status.FAIL and result.check_id == "health.gpu.xid.0000:01:00.0"
-    assert "(GPU Reset Required)" in result.reason and "Xid 62 x1" in result.reason
+    result = run_xid(tmp_path, log, bus=("0000:01:00.0",))["health.gpu.xid.0000:01:00.0"]
+    assert result.status is Status.WARN and result.details["action"] == "reset-gpu"  # GPU Reset Required
+    assert "recovery action 0x1 (GPU Reset Required)" in result.reason and "Xid 62 x1" in result.reason
+    reboot = log.replace("to 0x1 (GPU Reset Required)", "to 0x2 (Node Reboot Required)")
+    rebooted = run_xid(tmp_path, reboot, bus=("0000:01:00.0",))["health.gpu.xid.0000:01:00.0"]
+    assert rebooted.status is Status.FAIL and rebooted.details["action"] == "reboot"
     cleared = log.replace("to 0x1 (GPU Reset Required)", "to 0x0 (None)").replace("62,", "13,")
-    assert health_xid.judge_xids("0000:01:00.0", kernel_log_facts.parse_xids(cleared)["0000:01:00.0"], 0,
-                                 "dmesg").status is Status.WARN
+    calm = run_xid(tmp_path, cleared, bus=("0000:01:00.0",))["health.gpu.xid.0000:01:00.0"]
+    assert calm.status is Status.WARN and calm.details["xids"]["154"]["action"] == "ok"
 
 
 def test_a_log_without_xids_passes_and_journalctl_is_the_fallback(tmp_path):
@@ -239,7 +288,8 @@ def test_a_gpu_lost_at_probe_without_xid_fails_naming_its_bus(tmp_path):
     results = health_xid.run(desired_state(), node)
     assert [(r.check_id, r.status) for r in results] == [(f"health.gpu.xid.{LOST_BUS}", Status.FAIL)]
     lost = results[0]
-    assert f"GPU at {LOST_BUS}" in lost.reason and "fallen off the bus x1 (driver message, no Xid 79)" in lost.reason
+    assert f"GPU at {LOST_BUS}" in lost.reason and lost.details["action"] == "drain-rma"
+    assert "fallen off the bus x1 (driver message, no Xid 79: drain-rma)" in lost.reason
     assert "reseat" in lost.remediation and "RMA" in lost.remediation and "drain the node" in lost.remediation
     assert lost.details["bus_lost"]["last"].endswith("fallen off the bus and is not responding to commands.")
 

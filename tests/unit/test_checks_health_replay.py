@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.fake_node import FakeTree
+from tests.helpers.drills import rebuild_sysfs
 from verify.checks import REGISTRY, health_nvlink, health_topology, run_checks
 from verify.desired import render_spec
 from verify.facts import health_smi
@@ -61,36 +61,6 @@ def captured_fields(machine: str) -> tuple:
     return tuple(next(word for word in argv if word.startswith("--query-gpu=")).split("=", 1)[1].split(","))
 
 
-def rebuild_sysfs(tmp_path: Path, machine: str) -> FakeTree:
-    """The files the checks read, from the capture's dumps: one sysfs/<device>.txt per PCI function and its
-    parent ("path=<real path>" then "<file>=<value>"), linked from /sys/bus/pci/devices like the kernel's;
-    /sys/class/infiniband from its `ls -la`; the driver banner and the kernel release (dmesg's first line)."""
-    capture = HEALTH / machine
-    tree = FakeTree(tmp_path)
-    tree.write("/proc/driver/nvidia/version", (capture / "proc_driver_nvidia_version.txt").read_text())
-    banner = re.search(r"Linux version (\S+)", (capture / "cmd" / "dmesg-kernel.stdout").read_text())
-    tree.write("/proc/sys/kernel/osrelease", banner.group(1) + "\n")  # the kernel the capture ran on
-    for dump in sorted((capture / "sysfs").glob("*.txt")):
-        text = dump.read_text()
-        if dump.name == "infiniband_ls.txt":
-            devices = [line.split()[-1] for line in text.splitlines()[1:] if line.split()[-1] not in (".", "..")]
-            # A capture with HCAs brings ib_<device>_port<n>.txt too: rebuild its ports before accepting it.
-            assert not devices, f"{dump.name}: RDMA devices {devices}; their ports are not rebuilt here yet"
-            tree.mkdir("/sys/class/infiniband")
-            continue
-        assert not dump.name.startswith("ib_"), f"{dump.name}: no rebuild for HCA dumps yet"
-        lines = text.splitlines()
-        assert lines[0].startswith("path=/sys/devices/"), f"{dump.name}: first line {lines[0]!r}"
-        real = lines[0].split("=", 1)[1]
-        tree.mkdir(real)
-        files = dict(line.split("=", 1) for line in lines[1:])
-        for name, value in files.items():
-            tree.write(f"{real}/{name}", f"{value}\n")
-        if "vendor" in files:  # a PCI function (the host bridge directory pci0000:00 has no vendor file)
-            tree.link(f"/sys/bus/pci/devices/{real.rsplit('/', 1)[1]}", "../../.." + real[len("/sys"):])
-    return tree
-
-
 def nvml_inventory(machine: str) -> GpuInventory:
     """What NVML told the checks on the machine (the capture ran with pynvml, so `verify_profile: auto`
     ran no command), read back from the same machine's real `nvidia-smi -q`: name, bus id, persistence
@@ -114,7 +84,7 @@ def replay(tmp_path: Path, machine: str, monkeypatch, strict: bool = True):
         assert set(health_smi.FIELDS) - set(captured_fields(machine)) <= {"vbios_version"}
         monkeypatch.setattr(health_smi, "FIELDS", captured_fields(machine))
     runner = CaptureRunner(HEALTH / machine / "cmd", strict=strict)
-    node = rebuild_sysfs(tmp_path, machine).node(runner=runner, live=True)
+    node = rebuild_sysfs(tmp_path, HEALTH / machine).node(runner=runner, live=True)
     node.memo["gpus"] = nvml_inventory(machine)  # NVML's answer on the machine; this host's NVML stays unread
     return node, runner
 

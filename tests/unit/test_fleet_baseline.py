@@ -388,7 +388,7 @@ def test_baseline_says_which_reports_it_left_out_and_refuses_a_run_without_one(g
     broken.write_text("{ cut short")
     assert cli.main(["baseline", str(good_run), "--no-history", "--out", str(tmp_path / "b.json")]) == 0
     err = capsys.readouterr().err
-    assert f"tunefleet baseline: {broken}:" in err and err.rstrip().endswith("(left out)")
+    assert f"tunefleet baseline: WARN {broken}:" in err and err.rstrip().endswith("(left out)")
     assert cli.main(["baseline", str(tmp_path / "nope"), "--no-history"]) == 2
     assert "tunefleet baseline:" in capsys.readouterr().err
     (tmp_path / "empty").mkdir()

@@ -67,7 +67,9 @@ def test_a_version_1_history_is_migrated_in_place_and_keeps_its_runs(tmp_path):
         store.record(run(key="new", config={"sysctl.vm.swappiness": "60"}))
         newest = store.past_runs("gpu-01", 5)[0]
         assert newest.config == {"sysctl.vm.swappiness": "60"}  # the column migration 2 added
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    migrated = sqlite3.connect(path)
+    assert migrated.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+    assert migrated.execute("SELECT count(*) FROM acks").fetchone()[0] == 0  # the table migration 3 added
 
 
 def _bytes(path: Path) -> bytes:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import ast
 import json
 import math
-import os
 import signal
 import sys
 import tempfile
@@ -21,7 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 REPO = Path(__file__).resolve().parents[2]
@@ -46,12 +45,6 @@ from verify.judging import thresholds  # noqa: E402
 from verify.result import Status  # noqa: E402
 
 FIXTURES = REPO / "tests" / "fixtures"
-settings.register_profile("ci", derandomize=True, max_examples=40, deadline=None, print_blob=True,
-                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-settings.register_profile("fuzz", derandomize=False, max_examples=int(os.environ.get("FUZZ_EXAMPLES", "1500")),
-                          deadline=None, print_blob=True,
-                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-settings.load_profile(os.environ.get("TUNEFLEET_HYPOTHESIS_PROFILE", "ci"))
 HANG_S = 10  # one call longer than this is a hang (a 5000-digit number through a backtracking regex)
 
 
@@ -223,7 +216,22 @@ PARSERS = [
            (gds_parse.GdsParseError,), _fixture("bench/gdscheck_h200_issue75_excerpt.txt")),
     Parser("verify.bench.dcgm_parse:parse", lambda d: dcgm_parse.parse(text(d)), (dcgm_parse.DcgmParseError,),
            _fixture("bench/dcgmi_diag_j_8gpu_dcgm3.1.0_nvidia_test.txt",
-                    "bench/dcgmi_diag_j_dcgm4_schema_shaped.json")),
+                    "bench/dcgmi_diag_j_dcgm4_schema_shaped.json",
+                    "node/health/public/dcgmi-diag-table_faulty_go-dcgm52-gpu-memory-fail-gpu0-partial.txt",
+                    "node/health/public/dcgmi-diag-table_faulty_dcgm49-pcie-fail-all-partial-2.4.6.txt")),
+    Parser("verify.bench.dcgm_parse:parse_table", lambda d: dcgm_parse.parse_table(text(d)),
+           (dcgm_parse.DcgmParseError,),
+           _fixture("node/health/public/dcgmi-diag-table_faulty_go-dcgm52-gpu-memory-fail-gpu0-partial.txt",
+                    "node/health/public/dcgmi-diag-table_faulty_dcgm49-pcie-fail-all-partial-2.4.6.txt",
+                    "node/health/public/dcgmi-diag-table_healthy_go-dcgm52-gpu1-header-partial-3.3.1.txt")),
+    Parser("verify.facts.links:parse_nvlink_gpu_names", lambda d: links.parse_nvlink_gpu_names(text(d)), (),
+           _fixture("node/health/public/nvlink-s_faulty_azhpc-diagnostics73-v100-2inactive.txt",
+                    "node/health/h200x2/cmd/nvlink-s.stdout")),
+    Parser("verify.facts.links:parse_nvlink_all_inactive", lambda d: links.parse_nvlink_all_inactive(text(d)), (),
+           _fixture("node/health/public/nvlink-s_faulty_azurehpc-hc-a100-all-inactive.txt")),
+    Parser("verify.facts.links:parse_bandwidth_notices", lambda d: links.parse_bandwidth_notices(text(d)), (),
+           _fixture("node/health/public/kernel-log_faulty_linux-surface374-pcie-bw-limited-gpu-x4.txt",
+                    "node/health/public/kernel-log_faulty_l2fwd-nv6-pcie-bw-limited-mlx5-x8.txt")),
     Parser("verify.bench.common:read_result", lambda d: common.read_result(text(d)), (),
            _fixture("bench/h200x2_hostcopy.stdout", "bench/h200x2_odirect_qd1.stdout")),
     Parser("verify.bench.common:parse_size", lambda d: common.parse_size(text(d)), (ValueError,),
@@ -408,6 +416,9 @@ EXEMPT = {
     "verify.safe_io:read_trusted_file": "returns a file's text (no parsing); its callers parse",
     "verify.checks.irqbalance:*": "helper C's module; irqbalance_cmdline reads NUL-separated argv",
     "verify.facts.kernel_log:read_kernel_log": "runs dmesg/journalctl; its text goes to parse_xids/parse_lost (fuzzed)",
+    "verify.facts.kernel_log:_read_kernel_log": "the unmemoised read_kernel_log",
+    "verify.facts.hardware:read_nvlinks": "runs nvidia-smi nvlink --status; parse_nvlink_status is fuzzed",
+    "verify.inject:_read": "read_trusted_file of one capture file; load() is tested in test_inject.py",
     "verify.checks.health_*:*": "helper F's new health checks; run through verify.checks:run_checks",
 }
 

@@ -90,3 +90,52 @@ def test_auto_pick_matches_gpu_name_and_count():
 def test_internode_floor_is_settable_from_the_desired_state():
     spec = {"verify": {"thresholds": {"nccl_allreduce_internode_busbw_gbps": 48}}}
     assert resolve_threshold("nccl_allreduce_internode_busbw_gbps", None, spec).limit == 48
+
+
+def _inventory(name: str, count: int, memory_mib=None):
+    return {"gpus": {"source": "nvml", "gpus": [{"index": i, "name": name, "memory_mib": memory_mib}
+                                                for i in range(count)]}}
+
+
+def test_auto_by_model_gives_the_one_gpu_h100_its_measured_floors():
+    # name and memory.total as NVML gave them on the 1x H100 (tests/fixtures/node/health/h100x1/cmd/nvidia-smi-q.stdout)
+    facts = _inventory("NVIDIA H100 80GB HBM3", 1, 81559)
+    assert profiles.pick_profile(facts) is None  # without by_model: the exact profiles only, as the health checks ask
+    profile = profiles.pick_profile(facts, by_model=True)
+    assert profile["name"] == "h100-sxm-1x-model" and profile["gpu_count"] == 1
+    assert profile["floor_basis"] == "measured" and "measured healthy h100-sxm" in profile["auto_how"]
+    matmul = profile["thresholds"]["gpu_matmul_bf16_tflops"]
+    assert matmul["min"] == pytest.approx(0.9 * 789.4, abs=0.1)
+    assert matmul["warn"] == pytest.approx(0.95 * 789.4, abs=0.1)
+    assert matmul["source"].startswith("measured: 0.9x / 0.95x of 789.4") and "docs/measurements.md" in matmul["source"]
+    assert profile["thresholds"]["gpu_hbm_gbps"]["min"] == pytest.approx(0.9 * 3017.0, abs=0.1)
+    assert profile["thresholds"]["h2d_gbps"]["min"] == pytest.approx(0.9 * 55.2, abs=0.1)
+    assert "nvlink_links_per_gpu" not in profile["thresholds"]  # one GPU alone: no link to expect
+    assert profiles.resolve_threshold("gpu_matmul_bf16_tflops", profile, None).limit == matmul["min"]
+    validate_profile(profile, "again")  # what auto returns is a valid profile
+
+
+def test_auto_by_model_any_count_and_the_shipped_profile_keeps_its_own_floors():
+    four = profiles.pick_profile(_inventory("NVIDIA H200", 4, 143771), by_model=True)
+    assert four["name"] == "h200-sxm-4x-model" and four["gpu_count"] == 4 and four["nvls_expected"] is None
+    assert four["thresholds"]["nvlink_links_per_gpu"]["min"] == 18
+    assert four["thresholds"]["nvlink_link_gbps"]["min"] == 26.5
+    assert "gpu_copy_gbps" not in four["thresholds"]  # measured on 2 GPUs joined by NV18 only
+    eight = profiles.pick_profile(_inventory("NVIDIA H100 80GB HBM3", 8), by_model=True)
+    shipped = load_profile("h100-sxm-8x")
+    assert eight["name"] == "h100-sxm-8x" and eight["thresholds"]["h2d_gbps"] == shipped["thresholds"]["h2d_gbps"]
+    assert eight["thresholds"]["gpu_matmul_bf16_tflops"]["source"].startswith("measured:")  # a key it lacked
+    assert "gpu_matmul_bf16_tflops from model h100-sxm (measured)" in eight["auto_how"]
+    two = profiles.pick_profile(_inventory("NVIDIA H200", 2), by_model=True)
+    assert two["name"] == "h200-x2-nvlink" and two["thresholds"]["gpu_matmul_bf16_tflops"]["min"] == 724
+
+
+def test_auto_by_model_falls_back_to_the_datasheet_and_refuses_mixed_or_unknown_gpus():
+    l4 = profiles.pick_profile(_inventory("NVIDIA L4", 3), by_model=True)
+    assert l4["floor_basis"] == "datasheet" and "l4 datasheet" in l4["auto_how"]
+    assert l4["thresholds"]["gpu_hbm_gbps"]["min"] == pytest.approx(0.75 * 300)
+    assert l4["thresholds"]["gpu_matmul_bf16_tflops"]["source"].startswith("datasheet: 0.55x / 0.6x of l4 datasheet")
+    mixed = {"gpus": {"gpus": [{"name": "NVIDIA H100 80GB HBM3"}, {"name": "NVIDIA L4"}]}}
+    assert profiles.pick_profile(mixed, by_model=True) is None
+    assert profiles.pick_profile(_inventory("NVIDIA GeForce RTX 4090", 1), by_model=True) is None
+    assert profiles.pick_profile({"gpus": {"gpus": ["garbage", None]}}, by_model=True) is None

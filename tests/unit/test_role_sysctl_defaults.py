@@ -94,13 +94,20 @@ def test_every_default_key_names_its_source():
 
 
 def test_drop_in_renders_every_effective_key():
+    """The template is the header; kernel_values appends one line per key (persist_values) with the
+    value in force, so the drop-in holds a kept higher value, never the lower recommendation."""
     import jinja2
 
+    kv = load_plugin("modules", "kernel_values")
     template = jinja2.Template((ROLE / "templates" / "90-tunefleet.conf.j2").read_text(), trim_blocks=True)
-    text = template.render(
-        ansible_managed="managed", __sysctl_effective={"vm.swappiness": 0, "net.ipv4.tcp_rmem": "1 2 3"}
-    )
-    assert text.splitlines()[2:] == ["vm.swappiness = 0", "net.ipv4.tcp_rmem = 1 2 3"]
+    effective = {"vm.swappiness": 0, "net.ipv4.tcp_rmem": "1 2 3"}
+    header = template.render(ansible_managed="managed", __sysctl_effective=effective)
+    values = filters.sysctl_live_values(effective)
+    spec = {"path": "/etc/sysctl.d/90-tunefleet.conf", "content": header,
+            "persist_values": filters.sysctl_persisted(effective)}
+    files, errors = kv.with_persisted_values([spec], {"/proc/sys/net/ipv4/tcp_rmem": "1 5 3"}, values)
+    assert errors == [] and files[0]["content"].startswith(header)
+    assert files[0]["content"].splitlines()[-2:] == ["vm.swappiness = 0", "net.ipv4.tcp_rmem = 1 5 3"]
 
 
 def test_argument_spec_defaults_match_defaults_file():

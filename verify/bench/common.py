@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from verify.judging import peaks
 from verify.judging.thresholds import Threshold, broken_measurement
 from verify.result import CheckResult, Status
 
@@ -22,6 +23,7 @@ RESULT_MARKER = "TUNEFLEET_RESULT "
 CANNOT_RUN = 3
 ROLE = "bench"
 GB = 1e9  # nccl-tests, perftest --report_gbits and this package: decimal units
+BROKEN_REMEDIATION = "the benchmark's output is not a real measurement: re-run it and read its raw output"
 
 
 def progress(message: str) -> None:
@@ -99,21 +101,53 @@ def judged(
     note: str = "",
     peak: Optional[float] = None,
     peak_source: str = "",
+    floor: Optional[float] = None,
+    floor_source: str = "",
 ) -> CheckResult:
     """The value judged against the threshold; the fix is named only when it did not PASS.
 
     A figure that cannot be real (see broken_measurement) is an ERROR, never a PASS or a FAIL.
     """
-    broken = broken_measurement(value, peak, peak_source)
+    broken = broken_measurement(value, peak, peak_source, floor, floor_source)
     if broken:
         details = dict(details, physical_peak=peak) if peak is not None else details
-        return result(check_id, Status.ERROR, f"{reason}: {broken}", expected, observed,
-                      "the benchmark's output is not a real measurement: re-run it and read its raw output", details)
+        return result(check_id, Status.ERROR, f"{reason}: {broken}", expected, observed, BROKEN_REMEDIATION, details)
     status, why = threshold.judge(value)
     return result(
         check_id, status, f"{reason}: {why}{note}", expected, observed,
         remediation if status != Status.PASS else "", details,
     )
+
+
+def recorded_only(
+    check_id: str,
+    value: Any,
+    reason: str,
+    observed: Any,
+    details: dict,
+    peak: Optional[peaks.Peak],
+    floor: Optional[float] = None,
+    floor_source: str = "",
+) -> CheckResult:
+    """A figure no floor judges: PASS "recorded only", but still bounded by physics, so a figure that
+    cannot be real (NaN, infinite, negative, at or below `floor`, above `peak`) is ERROR. `peak` is
+    None only for a figure with no upper limit (a latency, whose bound is its floor)."""
+    if peak is not None:
+        details = dict(details, physical_peak=peak.to_dict())
+    broken = broken_measurement(value, peak.gbps if peak else None, peak.source if peak else "", floor, floor_source)
+    if broken:
+        return result(check_id, Status.ERROR, f"{reason}: {broken}", None, observed, BROKEN_REMEDIATION, details)
+    return result(check_id, Status.PASS, f"{reason}: recorded only", None, observed, "", details)
+
+
+def figure_text(value: Any, digits: int = 2) -> str:
+    """A figure for a reason line; what is not a number is shown as it came (never a TypeError)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            return f"{value:.{digits}f}"
+        except OverflowError:  # JSON holds integers of any length; a float holds about 308 digits
+            return f"a {len(str(abs(value)))}-digit number"
+    return repr(value)[:40]
 
 
 def tail(text: str, limit: int = 4000) -> str:
@@ -191,16 +225,121 @@ def emit_result(payload: dict) -> None:
     print(RESULT_MARKER + json.dumps(payload, sort_keys=True), flush=True)
 
 
-def read_result(stdout: str) -> Optional[dict]:
-    """The last marked line of an engine's stdout, or None when it never got that far."""
+def read_result(stdout: str) -> Optional[Any]:
+    """The last marked line of an engine's stdout, or None when it never got that far.
+
+    What comes back is whatever JSON the line held: check it against the engine's schema
+    (checked_payload) before anything reads a field of it.
+    """
     found = None
     for line in stdout.splitlines():
         if line.startswith(RESULT_MARKER):
             try:
                 found = json.loads(line[len(RESULT_MARKER) :])
-            except json.JSONDecodeError:
+            except (ValueError, RecursionError):  # JSONDecodeError is a ValueError; deep nesting recurses
                 found = None
     return found
+
+
+# ---- engine payload schemas ---------------------------------------------------------------------
+# The one check at the boundary where an engine's JSON enters verify: each engine module declares
+# PAYLOAD_SCHEMA, a dict of field -> what it holds: a type or a tuple of types (NUMBER is int or
+# float, never bool), a nested schema (a dict), ListOf(item) for a list of items, Maybe(spec) for a
+# field that may be absent or null. Judges then read fields without meeting KeyError or TypeError.
+NUMBER = (int, float)
+MAX_PROBLEMS_SAID = 3
+
+
+@dataclass(frozen=True)
+class ListOf:
+    item: Any
+    may_be_empty: bool = False
+
+
+@dataclass(frozen=True)
+class Maybe:
+    spec: Any
+
+
+def _kind(value: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}.get(
+        type(value), f"a {type(value).__name__}")
+
+
+def _join(where: str, name: str) -> str:
+    return f"{where}.{name}" if where else name
+
+
+def schema_problems(value: Any, spec: Any, where: str = "") -> list:
+    """Every way `value` differs from `spec`, each naming the field: ["rows[2].busbw_gbps: missing"]."""
+    here = where or "the payload"
+    if isinstance(spec, Maybe):
+        return [] if value is None else schema_problems(value, spec.spec, where)
+    if isinstance(spec, dict):
+        if not isinstance(value, dict):
+            return [f"{here}: expected an object, got {_kind(value)}"]
+        found = []
+        for name, inner in spec.items():
+            if name in value:
+                found += schema_problems(value[name], inner, _join(where, name))
+            elif not isinstance(inner, Maybe):
+                found.append(f"{_join(where, name)}: missing")
+        return found
+    if isinstance(spec, ListOf):
+        if not isinstance(value, list):
+            return [f"{here}: expected a list, got {_kind(value)}"]
+        if not value and not spec.may_be_empty:
+            return [f"{here}: empty list"]
+        found = []
+        for index, item in enumerate(value):
+            found += schema_problems(item, spec.item, f"{where}[{index}]")
+        return found
+    types = spec if isinstance(spec, tuple) else (spec,)
+    if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
+        return [f"{here}: expected {' or '.join(t.__name__ for t in types)}, got {_kind(value)}"]
+    return []
+
+
+def checked_payload(payload: Any, schema: dict) -> tuple:
+    """(payload fit to judge or None, problems) at the boundary where an engine's result enters.
+
+    A list of objects at the top level (rows, gpus) keeps its well-formed items, so they are still
+    judged: only the malformed ones are dropped, each named in the problems. Any other field that
+    is missing or of the wrong type leaves nothing safe to judge (None).
+    """
+    if not isinstance(payload, dict):
+        return None, schema_problems(payload, schema)
+    kept, problems, fatal = dict(payload), [], False
+    for name, spec in schema.items():
+        rows = spec.spec if isinstance(spec, Maybe) and isinstance(payload.get(name), list) else spec
+        if isinstance(rows, ListOf) and isinstance(rows.item, dict) and isinstance(payload.get(name), list):
+            good = []
+            for index, item in enumerate(payload[name]):
+                wrong = schema_problems(item, rows.item, f"{name}[{index}]")
+                problems += wrong
+                if not wrong:
+                    good.append(item)
+            kept[name] = good
+            if not payload[name] and not rows.may_be_empty:
+                problems.append(f"{name}: empty list")
+                fatal = True
+            elif not good and payload[name]:
+                fatal = True
+            continue
+        wrong = schema_problems(payload.get(name), spec, name) if name in payload else (
+            [] if isinstance(spec, Maybe) else [f"{name}: missing"])
+        problems += wrong
+        fatal = fatal or bool(wrong)
+    return (None if fatal else kept), problems
+
+
+def payload_error(check_id: str, label: str, problems: list, details: Optional[dict] = None) -> CheckResult:
+    """One ERROR row for a malformed engine payload, naming the fields that are missing or wrong."""
+    said = "; ".join(problems[:MAX_PROBLEMS_SAID])
+    more = f" (and {len(problems) - MAX_PROBLEMS_SAID} more)" if len(problems) > MAX_PROBLEMS_SAID else ""
+    return result(check_id, Status.ERROR, f"{label} returned a malformed result: {said}{more}",
+                  remediation="the engine's output does not match its schema: re-run it and read its raw output",
+                  details=dict(details or {}, payload_problems=problems))
 
 
 def module_available(name: str) -> bool:

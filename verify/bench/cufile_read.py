@@ -14,7 +14,11 @@ import re
 import sys
 import time
 
-from verify.bench.common import CANNOT_RUN, emit_result, parse_size
+from verify.bench.common import CANNOT_RUN, NUMBER, ListOf, emit_result, parse_size
+
+# What a read emits (verify.bench.common.checked_payload checks it where it enters verify).
+PAYLOAD_SCHEMA = {"gbps": NUMBER, "mode": str,
+                  "runs": ListOf({"bytes": int, "seconds": NUMBER, "gbps": NUMBER, "mode": str})}
 
 NVFS_STATS = "/proc/driver/nvidia-fs/stats"
 

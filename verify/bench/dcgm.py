@@ -1,5 +1,13 @@
 """DCGM diagnostics (`dcgmi diag -r LEVEL -j`) as an optional benchmark: one row per test and GPU.
 
+Each GPU's own outcome is its own row, so one GPU failing one test (Targeted Power: "Max power of 299.9
+did not reach desired power minimum ... of 300.0 for GPU 3", DCGM_FR_TARGET_POWER_MSG in NVIDIA/DCGM
+dcgmlib/dcgm_errors.h) is a FAIL naming that GPU and test whatever the other GPUs or a summary say. A
+dcgmi without `-j` (it answers "PARSE ERROR" for the flag) is asked again without it and its table read.
+A FAIL outside the Deployment category carries the action class `drain-rma` (DCGM's own messages end in
+"Run a field diagnostic on the GPU"); a Deployment FAIL (persistence mode, a graphics process, a library)
+is a setup matter and carries no hardware class.
+
 Never in the quick or full set (level 1 takes about a minute, level 3 half an hour, and both load every
 GPU): it runs only when named (`--bench dcgm`, `verify_benchmarks: [dcgm]`), with the level from
 `verify_bench_options: {dcgm: {level: 2}}` (1, 2 or 3; default 1). Where dcgmi is not installed it
@@ -13,6 +21,7 @@ from typing import Optional
 
 from verify.bench.common import last_line, progress, result, tail
 from verify.bench.dcgm_parse import DcgmParseError, parse
+from verify.judging import verdicts
 from verify.result import CheckResult, Status
 
 LEVELS = (1, 2, 3)
@@ -21,6 +30,7 @@ TIMEOUTS = {1: 300.0, 2: 900.0, 3: 3600.0}
 FIX_FAIL = ("drain the node; read the test's warning (DCGM error id {ids}) in the DCGM diagnostics guide and "
             "reset or RMA the GPU it names; re-run `dcgmi diag -r 3` before returning the node")
 FIX_WARN = "read the warning; re-run `dcgmi diag -r {level}` on an idle node to see whether it stays"
+NO_JSON_FLAG = re.compile(r"PARSE ERROR.*-j|Couldn't find match for argument|unrecognized option.*-j", re.I | re.S)
 NO_HOSTENGINE = re.compile(r"unable to establish a connection|host engine|hostengine|Connection refused", re.I)
 
 
@@ -30,8 +40,8 @@ class DcgmOptions:
     timeout_s: float = 0.0  # 0: the level's default (TIMEOUTS)
 
 
-def argv(level: int) -> list:
-    return ["dcgmi", "diag", "-r", str(level), "-j"]
+def argv(level: int, json_output: bool = True) -> list:
+    return ["dcgmi", "diag", "-r", str(level)] + (["-j"] if json_output else [])
 
 
 def run(spec: Optional[dict], profile: Optional[dict], node, overrides: Optional[dict] = None) -> list:
@@ -48,6 +58,10 @@ def run(spec: Optional[dict], profile: Optional[dict], node, overrides: Optional
     if out.missing:
         return [result("bench.dcgm", Status.SKIP, "dcgmi is not installed (DCGM diagnostics need NVIDIA's "
                        "datacenter-gpu-manager package and its nv-hostengine)")]
+    if not out.timed_out and NO_JSON_FLAG.search(out.stdout + out.stderr):
+        command = argv(level, json_output=False)  # an older dcgmi: its table carries the same outcomes
+        out = node.run(command, timeout_s=timeout)
+        raw = {"argv": command, "returncode": out.returncode, "stderr_tail": tail(out.stderr)}
     if out.timed_out:
         return [result("bench.dcgm", Status.ERROR, f"dcgmi diag -r {level} hung: killed after {timeout:.0f} s",
                        details={"partial_output": dict(raw, stdout_tail=tail(out.stdout))})]
@@ -59,7 +73,8 @@ def run(spec: Optional[dict], profile: Optional[dict], node, overrides: Optional
             return [result("bench.dcgm", Status.ERROR, f"dcgmi cannot reach nv-hostengine: {said[:200]}",
                            remediation="start DCGM's host engine (systemctl start nvidia-dcgm, or nv-hostengine)",
                            details={"partial_output": raw})]
-        return [result("bench.dcgm", Status.ERROR, f"dcgmi diag -j output (exit {out.returncode}): {exc}",
+        form = "dcgmi diag -j" if "-j" in command else "dcgmi diag"
+        return [result("bench.dcgm", Status.ERROR, f"{form} output (exit {out.returncode}): {exc}",
                        remediation="run `dcgmi diag -r 1 -j` by hand and read its output",
                        details={"partial_output": dict(raw, stdout_tail=tail(out.stdout))})]
     common = {"level": level, "dcgm_version": report.version, "driver": report.driver, "returncode": out.returncode}
@@ -86,6 +101,8 @@ def _row(row, level: int, common: dict) -> CheckResult:
     fix = ""
     if status is Status.FAIL:
         fix = FIX_FAIL.format(ids=", ".join(map(str, row.error_ids)) or "?")
+        if row.category.lower() != "deployment":
+            details[verdicts.ACTION_KEY] = verdicts.DRAIN_RMA
     elif status is Status.WARN:
         fix = FIX_WARN.format(level=level)
     return result(check_id, status, reason, "Pass", row.status.capitalize(), fix, details)

@@ -10,12 +10,20 @@ Two shapes exist (DCGM 4.0 renamed the top key; the release notes list it as a b
   "status": "Pass", "warnings": [{"warning", "error_id", "error_severity", ...}]}], "test_summary":
   {"status"}}], "runtime_error"?}, "metadata": {"version", "Driver Version Detected"}}
   (testing/python3/dcgm_diag_schema.json in NVIDIA/DCGM).
+
+Where `-j` is not available, dcgmi's human-readable table is read instead (parse_table): a category rule
+`+-----  Hardware  ----+----+` or `|-----  Metadata  ---+---|`, then `| Test | Pass - All |`, one line per
+outcome (`| GPU Memory | Pass - GPU: 1 |` + `|            | Fail - GPU: 0 |`) and `| Warning | ... |` /
+`| Info | ... |` rows whose text wraps at the cell's width, mid-word (real fragments:
+tests/fixtures/node/health/public/dcgmi-diag-table_*.txt). Every GPU's own outcome is a row: a GPU that
+fails one test is a FAIL row naming it and the test, whatever the other GPUs or a summary say.
 """
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 STATUSES = {"pass": "PASS", "fail": "FAIL", "warn": "WARN", "warning": "WARN", "skip": "SKIP", "skipped": "SKIP",
             "not run": "SKIP", "notrun": "SKIP"}
@@ -109,7 +117,90 @@ def _info(result: dict) -> str:
     return str(info)[:400] if info else ""
 
 
+_CATEGORY_RULE = re.compile(r"^[+|]-{3,}\s+(.+?)\s+-{2,}\+")
+_OUTCOME = re.compile(r"^(Pass|Fail|Warn|Warning|Skip|Skipped|Not Run)\b"
+                      r"(?:\s*-\s*(?:All|GPUs?:\s*(?P<gpus>[\d,\s]+)))?\s*$", re.I)
+_META = {"dcgm version": "version", "driver version detected": "driver"}
+
+
+def looks_like_table(text: str) -> bool:
+    return any(_CATEGORY_RULE.match(line) for line in text.splitlines()[:400])
+
+
+def _cells(line: str) -> Optional[tuple]:
+    """'| name | value |' -> (name, raw value cell, whether the line closes with '|'); None for rules."""
+    if not line.startswith("|") or set(line.strip()) <= set("+-=|"):
+        return None
+    closed = line.rstrip().endswith("|") and line.count("|") >= 3
+    parts = line.rstrip().split("|") if closed else line.split("|")
+    if len(parts) < 3:
+        return None
+    return parts[1].strip(), "|".join(parts[2:-1]) if closed else "|".join(parts[2:]), closed
+
+
+def parse_table(text: str) -> DiagReport:
+    """dcgmi diag's human-readable table -> the same rows as the JSON document gives."""
+    rows: list = []
+    meta = {"version": "", "driver": ""}
+    category, note_kind = "", None
+    test_rows: list = []  # the outcome rows of the test being read
+    notes: dict = {}  # id(row) -> {"Warning": [text], "Info": [text]}
+    width = 0  # dcgmi wraps a note at a fixed width inside the cell, mid-word: the chunks join as printed
+    for line in text.splitlines():
+        rule = _CATEGORY_RULE.match(line)
+        if rule:
+            category, test_rows, note_kind = rule.group(1).strip(), [], None
+            continue
+        cells = _cells(line)
+        if cells is None:
+            continue
+        name, value, closed = cells
+        if closed:
+            width = len(value)
+        chunk = value[1:width - 2] if width > 3 else value.strip()
+        if name.lower() in _META:
+            meta[_META[name.lower()]] = value.strip()
+            continue
+        if name in ("Warning", "Info"):
+            note_kind = name if test_rows else None
+            if note_kind:
+                judged = [r for r in test_rows if r.status in ("FAIL", "WARN")] or test_rows
+                for item in judged:
+                    notes.setdefault(id(item), {}).setdefault(name, []).append(chunk)
+            continue
+        if not name and note_kind:
+            for item in test_rows:
+                texts = notes.get(id(item), {}).get(note_kind)
+                if texts:
+                    texts[-1] += chunk
+            continue
+        outcome = _OUTCOME.match(value.strip())
+        if not outcome:
+            test_rows, note_kind = [], None  # headings ("Diagnostic | Result") and other metadata
+            continue
+        if name:
+            test_rows, note_kind = [], None
+        elif not test_rows:
+            continue  # an outcome line with no test above it
+        test = name or test_rows[0].test
+        gpus = [int(g) for g in (outcome.group("gpus") or "").replace(" ", "").split(",") if g.isdigit()]
+        item = DiagRow(category or "?", test, STATUSES[outcome.group(1).lower()], gpus)
+        rows.append(item)
+        test_rows.append(item)
+        if len(rows) > MAX_ROWS:
+            raise DcgmParseError(f"more than {MAX_ROWS} results")
+    for item in rows:
+        found = notes.get(id(item), {})
+        item.warnings = [" ".join(text.split()) for text in found.get("Warning", [])]
+        item.info = "; ".join(" ".join(text.split()) for text in found.get("Info", []))[:400]
+    if not rows:
+        raise DcgmParseError("a dcgmi diag table with no test outcome")
+    return DiagReport(meta["version"], meta["driver"], rows)
+
+
 def parse(text: str) -> DiagReport:
+    if "{" not in text and looks_like_table(text):
+        return parse_table(text)
     data = _json_part(text)
     if not isinstance(data, dict):
         raise DcgmParseError("the JSON document is not an object")

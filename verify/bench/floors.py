@@ -17,7 +17,8 @@ def derived_floors(found: Hardware) -> str:
         parts.append(f"all-reduce busbw >= {NVLINK_FAIL_SHARE:g} x NVLink {nvlink:.1f} GB/s per GPU"
                      f" = {NVLINK_FAIL_SHARE * nvlink:.1f} GB/s")
     elif len(found.gpus) >= 2:
-        parts.append("all-reduce recorded only (no NVLink reported)")
+        unread = f"NVLink unknown: {found.nvlink_reason}" if found.nvlink_reason else "no NVLink reported"
+        parts.append(f"all-reduce recorded only ({unread})")
     pcie = found.pcie_peak()
     if found.gpus:
         parts.append(f"host copies >= {COPY_RATIO.limit:g} x the PCIe link NVML reports per GPU"
@@ -25,7 +26,9 @@ def derived_floors(found: Hardware) -> str:
     if found.gpus:
         parts.append(f"GPU HBM >= {GPU_RATIOS['hbm'].limit:g} x NVML bus width x memory clock x 2, BF16 matmul >= "
                      f"{GPU_RATIOS['matmul'].limit:g} x dense peak at max SM clock"
-                     + (f", GPU pair copies >= {GPU_RATIOS['copy'].limit:g} x NVLink" if len(found.gpus) >= 2 else ""))
+                     + (f", GPU pair copies >= {GPU_RATIOS['copy'].limit:g} x NVLink" if len(found.gpus) >= 2 else "")
+                     + "; every GPU figure above NVML's peak, else the model table's datasheet figure x its margin, "
+                       "else the fastest GPU's, is ERROR")
     rates = sorted({h.rate_gbits for h in found.active_hcas if h.rate_gbits})
     if rates:
         parts.append(f"RDMA >= {RDMA_RATIO.limit:g} x port rate ({', '.join(f'{r:g}' for r in rates)} Gb/s)")

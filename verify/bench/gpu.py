@@ -8,15 +8,17 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-from verify.bench import gpu_judge
+from verify.bench import gpu_engine, gpu_judge
 from verify.bench.common import (
     CANNOT_RUN,
     ENGINE_CWD,
+    checked_payload,
     engine_argv,
     engine_env,
     human_bytes,
     last_line,
     module_available,
+    payload_error,
     progress,
     read_result,
     result,
@@ -79,11 +81,13 @@ def engine_failure(check_id: str, what: str, out, timeout: float) -> Optional[li
 
 
 def link_facts(node) -> tuple:
-    """({GPU index: NVLink GB/s per direction}, PCIe peak) from the run's hardware (verify.facts.hardware)."""
+    """({GPU index: NVLink GB/s per direction} or None where the links could not be read, PCIe peak) from
+    the run's hardware (verify.facts.hardware)."""
     from verify.facts.hardware import detect
 
     found = detect(node)
-    return {g.index: g.nvlink_gbps for g in found.gpus}, found.pcie_peak()
+    nvlink = None if found.nvlink_reason else {g.index: g.nvlink_gbps for g in found.gpus}
+    return nvlink, found.pcie_peak()
 
 
 def judge_payload(payload: dict, spec: Optional[dict], profile: Optional[dict], node, spread_pct: float) -> list:
@@ -112,8 +116,12 @@ def run(spec: Optional[dict], profile: Optional[dict], node, overrides: Optional
     failed = engine_failure(CHECK_ID, "GPU engine", out, options.timeout_s)
     if failed:
         return failed
-    payload = read_result(out.stdout)
+    payload, problems = checked_payload(read_result(out.stdout), gpu_engine.PAYLOAD_SCHEMA)
+    if payload is None:  # nothing safe to judge: one row naming what is wrong, never a crash
+        return [payload_error(CHECK_ID, "the GPU engine", problems)]
     rows = judge_payload(payload, spec, profile, node, options.spread_pct)
+    if problems:  # the well-formed GPUs are judged above; the malformed ones are named here
+        rows.append(payload_error(f"{CHECK_ID}.payload", "the GPU engine", problems))
     worst = max(rows, key=lambda r: (r.status is Status.ERROR, r.status is Status.FAIL, r.status is Status.WARN))
     summary = result(CHECK_ID, Status.PASS if worst.status in (Status.PASS, Status.SKIP) else worst.status,
                      f"GPU engines: {len(payload.get('gpus', []))} GPU(s), {len(rows)} rows in {wall:.1f} s "

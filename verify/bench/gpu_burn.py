@@ -64,7 +64,7 @@ def health_reading(node) -> dict:
     node.memo.pop("health_smi", None)  # memoised per run: a second reading must ask again
     gpus, why = health_smi.query(node)
     node.memo.pop("health_smi", None)
-    log, source = kernel_log.read_kernel_log(node)
+    log, source = kernel_log.read_kernel_log(node, fresh=True)
     ecc = {}
     for gpu in gpus:
         try:

@@ -22,8 +22,21 @@ import sys
 import threading
 import time
 
-from verify.bench.common import CANNOT_RUN, emit_result, parse_size
+from verify.bench.common import CANNOT_RUN, NUMBER, ListOf, Maybe, emit_result, parse_size
 from verify.bench.gpu_clocks import summarise
+
+# What the engine emits (verify.bench.common.checked_payload checks it where it enters verify): quick
+# mode fills per_gpu/pairs, burn mode fills burn; a malformed per-GPU or pair row is dropped and named.
+PAYLOAD_SCHEMA = {
+    "gpus": ListOf({"index": int, "name": str, "capability": Maybe(list), "sm_count": Maybe(int),
+                    "nvml": Maybe(dict)}),
+    "per_gpu": Maybe(ListOf({"index": int, "hbm": {"gbps": NUMBER}, "matmul": {"tflops": NUMBER}},
+                            may_be_empty=True)),
+    "pairs": Maybe(ListOf({"src": int, "dst": int, "mode": str, "gbps": NUMBER}, may_be_empty=True)),
+    "per_gpu_errors": Maybe(dict),
+    "pair_errors": Maybe(dict),
+    "burn": Maybe(dict),
+}
 
 
 class Sampler:

@@ -1,8 +1,13 @@
 """Judging the GPU engine's figures (verify.bench.gpu_engine): pure functions of its JSON payload.
 
-Each figure is judged three ways, and the worst verdict wins:
+Every figure first meets its physical bound, floor or no floor (issue 27): the peak NVML's facts give
+(bus width x memory clock, SMs x max SM clock, the pair's NVLinks or PCIe), else the GPU model table's
+datasheet figure x a margin (verify.judging.gpu_models: boost clocks run above the nominal), else the
+fastest GPU of that table. Not a number, infinite, negative, zero or above the bound is ERROR
+"measurement broken", never PASS, "recorded only" included. Then it is judged three ways, and the worst
+verdict wins:
 - against a floor: the profile's (or verify_thresholds'), else derived from the GPU's physical peak
-  (named "derived" in the report); above that peak is ERROR (verify.bench.common.judged);
+  (named "derived" in the report);
 - against the node's own median of its peers (the same figure on the other GPUs or pairs): more than
   `spread_pct` below it FAILs even above the floor: one slow NVLink pair or HBM stack hides inside a
   floor but not next to seven healthy twins;
@@ -12,13 +17,15 @@ Each figure is judged three ways, and the worst verdict wins:
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 from verify.bench import gpu_clocks
 from verify.bench.common import Threshold, judged, result
-from verify.judging import peaks
+from verify.judging import gpu_models, peaks
+from verify.judging.thresholds import broken_measurement
 from verify.result import CheckResult, Status
 
 # Ratios of the physical peak used as floors when no profile gives one (low on purpose: the peer
@@ -51,47 +58,85 @@ REMEDIATION = {
 
 @dataclass
 class Figure:
-    """One figure to judge: what it is, its value, the GPU(s) it names, its peak and NVML windows."""
+    """One figure to judge: what it is, its value, the GPU(s) it names, its peak, its bound and NVML windows."""
 
     kind: str  # hbm | matmul | copy | copy_bidir
     check_id: str
     label: str  # "GPU 3" or "GPU 3 to GPU 5"
     gpus: tuple
-    value: float
-    peak: Optional[peaks.Peak]
+    value: Any  # as the engine wrote it: judge() refuses what is not a real figure
+    peak: Optional[peaks.Peak]  # what derived floors are fractions of (NVML, else the datasheet); None: unknown
     windows: dict  # GPU index -> NVML summary
     raw: dict
+    bound: Optional[peaks.Peak] = None  # above it the figure is broken; None: the peak, else the fastest GPU's
+
+
+def _model(gpu: dict) -> Optional[gpu_models.GpuModel]:
+    """The GPU's row of the model table from the engine's facts (torch's name and total memory)."""
+    memory = gpu.get("memory_bytes")
+    memory_mib = memory // (1 << 20) if isinstance(memory, int) and not isinstance(memory, bool) else None
+    return gpu_models.match(str(gpu.get("name", "")), memory_mib)
 
 
 def gpu_peaks(gpu: dict) -> dict:
-    """{"hbm": Peak, "matmul": Peak} of one GPU from the engine's static facts (NVML, torch)."""
-    nvml = gpu.get("nvml") or {}
+    """{"hbm": Peak, "matmul": Peak} of one GPU from the engine's static facts (NVML, torch); None where
+    unknown."""
+    nvml = gpu.get("nvml") if isinstance(gpu.get("nvml"), dict) else {}
     return {"hbm": peaks.hbm_peak(nvml.get("bus_width_bits"), nvml.get("max_mem_mhz")),
             "matmul": peaks.matmul_peak(gpu.get("capability"), gpu.get("sm_count"), nvml.get("max_sm_mhz"))}
 
 
+def gpu_bounds(gpu: dict) -> tuple:
+    """({kind: peak for derived floors}, {kind: bound}) of one GPU: NVML's peak for both where known, else
+    the model table's datasheet figure (the floor's base) and that figure x its margin (the bound), else no
+    floor base and the fastest GPU's bound."""
+    measured, model = gpu_peaks(gpu), _model(gpu)
+    base, bounds = {}, {}
+    for kind in ("hbm", "matmul"):
+        base[kind] = measured[kind] or (gpu_models.datasheet_peak(kind, model) if model else None)
+        bounds[kind] = measured[kind] or gpu_models.bound(kind, model)
+    return base, bounds
+
+
+def pair_bound(src: Optional[dict], dst: Optional[dict]) -> peaks.Peak:
+    """One direction of a copy between two GPUs whose links are unknown: the slower model's datasheet
+    bound, or the fastest GPU's where either model is unknown."""
+    models = [_model(g or {}) for g in (src, dst)]
+    if None in models:
+        return gpu_models.fastest_bound("copy")
+    return min((gpu_models.datasheet_bound("copy", m) for m in models), key=lambda p: p.gbps)
+
+
+def _rows(payload: dict, key: str) -> list:
+    rows = payload.get(key)
+    return [row for row in rows if isinstance(row, dict)] if isinstance(rows, list) else []
+
+
 def figures(payload: dict, nvlink: Optional[dict] = None, pcie: Optional[peaks.Peak] = None) -> tuple:
     """(figures, error rows) from the engine's payload. `nvlink`: GPU index -> NVLink GB/s per direction
-    (verify.facts.hardware), `pcie`: the GPUs' PCIe peak, for the pairs' bound."""
-    nvlink = nvlink or {}
-    facts = {g["index"]: g for g in payload.get("gpus", [])}
+    (verify.facts.hardware), None where the links could not be read; `pcie`: the GPUs' PCIe peak, for the
+    pairs' bound."""
+    facts = {g.get("index"): g for g in _rows(payload, "gpus")}
     found, errors = [], []
-    for row in payload.get("per_gpu", []):
-        index = row["index"]
-        bound = gpu_peaks(facts.get(index, {}))
+    for row in _rows(payload, "per_gpu"):
+        index = row.get("index")
+        base, bounds = gpu_bounds(facts.get(index, {}))
         for kind, key, unit_key in (("hbm", "hbm", "gbps"), ("matmul", "matmul", "tflops")):
-            item = row.get(key) or {}
+            item = row.get(key) if isinstance(row.get(key), dict) else {}
             found.append(Figure(kind, f"bench.gpu_{kind}.gpu{index}", f"GPU {index}", (index,),
-                                item.get(unit_key), bound[kind], {index: item.get("nvml")}, item))
+                                item.get(unit_key), base[kind], {index: item.get("nvml")}, item, bounds[kind]))
     for index, error in (payload.get("per_gpu_errors") or {}).items():
         errors.append(result(f"bench.gpu.gpu{index}", Status.ERROR, f"GPU {index}: the engine failed: {error}"))
-    for row in payload.get("pairs", []):
-        src, dst = row["src"], row["dst"]
+    for row in _rows(payload, "pairs"):
+        src, dst = row.get("src"), row.get("dst")
         kind = "copy" if row.get("mode") == "oneway" else "copy_bidir"
-        bound = peaks.pair_copy_peak(nvlink.get(src, 0.0), nvlink.get(dst, 0.0), pcie)
-        windows = {src: (row.get("nvml") or {}).get("src"), dst: (row.get("nvml") or {}).get("dst")}
+        # Links unread (a parse error, no nvidia-smi) must not make PCIe the bound of an NVLink copy.
+        peak = None if nvlink is None else peaks.pair_copy_peak(nvlink.get(src, 0.0), nvlink.get(dst, 0.0), pcie)
+        nvml = row.get("nvml") if isinstance(row.get("nvml"), dict) else {}
+        windows = {src: nvml.get("src"), dst: nvml.get("dst")}
         found.append(Figure(kind, f"bench.gpu_{kind}.gpu{src}_to_gpu{dst}", f"GPU {src} to GPU {dst}", (src, dst),
-                            row.get("gbps"), bound, windows, row))
+                            row.get("gbps"), peak, windows, row,
+                            peak or pair_bound(facts.get(src), facts.get(dst))))
     for pair, error in (payload.get("pair_errors") or {}).items():
         errors.append(result(f"bench.gpu_copy.pair{pair}", Status.ERROR, f"GPUs {pair}: copy failed: {error}"))
     return found, errors
@@ -109,32 +154,58 @@ def floor_for(kind: str, peak: Optional[peaks.Peak], resolved: Optional[Threshol
     return floor, f"derived: {ratio.limit:g} x {peak.gbps:.0f} {UNITS[kind]} ({peak.source})"
 
 
+def real_figure(value: Any) -> Optional[float]:
+    """The value as a float when it could be a measurement (a finite number above zero), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) and number > 0 else None
+
+
+def broken(value: Any, bound: Optional[peaks.Peak]) -> Optional[str]:
+    """Why the figure cannot be real (verify.judging.thresholds' rule, and zero: a GPU that ran moved
+    something), else None."""
+    why = broken_measurement(value, bound.gbps if bound else None, bound.source if bound else "")
+    if why is None and real_figure(value) is None:
+        why = f"measurement broken: {value!r} is zero, impossible for an engine that ran"
+    return why
+
+
 def peer_median(item: Figure, every: list) -> Optional[float]:
-    """The median of the same figure on the node's other GPUs or pairs (None with no peer)."""
+    """The median of the same figure on the node's other GPUs or pairs (None with no peer); figures that
+    cannot be real take no part."""
     values = [f.value for f in every if f.kind == item.kind and f.check_id != item.check_id
-              and isinstance(f.value, (int, float)) and f.value == f.value]
+              and real_figure(f.value) is not None and broken(f.value, f.bound or f.peak) is None]
     return statistics.median(values) if values else None
 
 
 def judge(item: Figure, every: list, resolved: Optional[Threshold], spread_pct: float = DEFAULT_SPREAD_PCT,
           forbidden=gpu_clocks.SLOWDOWN) -> CheckResult:
     unit = UNITS[item.kind]
+    bound = item.bound or item.peak or gpu_models.fastest_bound("copy" if "copy" in item.kind else item.kind)
     floor, how = floor_for(item.kind, item.peak, resolved)
     clocks = "; ".join(f"GPU {i}: {gpu_clocks.describe(w)}" for i, w in item.windows.items()) \
         if len(item.windows) > 1 else gpu_clocks.describe(next(iter(item.windows.values()), None))
     details = {"floor_source": how, "unit": unit, "nvml": {str(i): w for i, w in item.windows.items()},
-               "raw": {k: v for k, v in item.raw.items() if k != "nvml"}}
-    if item.peak is not None:
-        details["physical_peak"] = item.peak.to_dict()
-    value = item.value if item.value is not None else float("nan")
-    reason = f"{item.label} {LABELS[item.kind]} {value:.1f} {unit}"
+               "raw": {k: v for k, v in item.raw.items() if k != "nvml"}, "physical_peak": bound.to_dict()}
+    number = real_figure(item.value)
+    shown = f"{number:.1f}" if number is not None else f"{item.value!r:.40}"
+    reason = f"{item.label} {LABELS[item.kind]} {shown} {unit}"
     if floor is None:
-        floor = Threshold(limit=1e-9, source=how)  # only the broken/peak rule applies
+        floor = Threshold(limit=1e-9, source=how)  # only the broken/bound rule applies
     details["threshold"] = floor.to_dict()
-    verdict = judged(item.check_id, floor, value, reason, floor.describe() + f" {unit}",
-                     None if item.value is None else round(item.value, 2), REMEDIATION[item.kind], details,
-                     f" ({how}); {clocks}", peak=item.peak.gbps if item.peak else None,
-                     peak_source=item.peak.source if item.peak else "")
+    why = broken(item.value, bound)
+    if why:
+        return result(item.check_id, Status.ERROR, f"{reason}: {why} ({how})", floor.describe() + f" {unit}",
+                      None, "the benchmark's output is not a real measurement: re-run it and read its raw output",
+                      details)
+    value = number
+    verdict = judged(item.check_id, floor, value, reason, floor.describe() + f" {unit}", round(value, 2),
+                     REMEDIATION[item.kind], details, f" ({how}); {clocks}", peak=bound.gbps,
+                     peak_source=bound.source)
     if verdict.status is Status.ERROR:
         return verdict
     problems = []

@@ -4,20 +4,26 @@ from __future__ import annotations
 
 from typing import Optional
 
+from verify.bench import torch_hostcopy
 from verify.bench.common import (
+    BROKEN_REMEDIATION,
     CANNOT_RUN,
     ENGINE_CWD,
     Threshold,
     Try,
     broken_measurement,
+    checked_payload,
     engine_argv,
     engine_env,
+    figure_text,
     judged,
     last_line,
     module_available,
     parse_size,
+    payload_error,
     progress,
     read_result,
+    recorded_only,
     result,
     tail,
     with_retries,
@@ -34,6 +40,7 @@ DERIVED_RATIO = Threshold(
     source="derived: IBM/autopilot values.yaml pciebw note (>=80% of peak)"
     " and the 2x H200 run in tests/fixtures/bench/README.md (0.88 of Gen5 x16)",
 )
+NOTHING_MOVED = "a copy that moved nothing"
 REMEDIATION = "check the GPU's PCIe link (nvidia-smi -q: Link Width/Generation), BIOS ASPM, IOMMU settings"
 
 
@@ -50,7 +57,8 @@ def judge_copy(
 ) -> CheckResult:
     """Pure: one GPU's measured copy rate -> result. An absolute floor wins over the PCIe ratio.
 
-    A rate above the PCIe link's physical peak is ERROR (the measurement is broken), never PASS.
+    A rate above the link's physical peak (the PCIe link when known, else the fastest host link
+    there is), zero, negative or not a number is ERROR (the measurement is broken), never PASS.
     """
     check_id = f"bench.{direction}.gpu{gpu['index']}"
     observed = gpu.get(f"{direction}_gbps")
@@ -65,27 +73,23 @@ def judge_copy(
     degraded = ""
     if pcie.get("width_current") and width and pcie["width_current"] < width:
         degraded = f"; link trained at x{pcie['width_current']} of x{width}"
-    if absolute is not None:
+    bound = link or peaks.unknown_host_link_bound()
+    details["physical_peak"] = bound.to_dict()
+    shown = figure_text(observed, 1)
+    if absolute is not None or link is None:
+        broken = broken_measurement(observed, bound.gbps, bound.source, 0.0, NOTHING_MOVED)
+        shown_observed = observed if broken else round(observed, 2)
+        if absolute is None:
+            return recorded_only(check_id, observed, f"{direction.upper()} {shown} GB/s; PCIe link unknown (no NVML)",
+                                 shown_observed, details, bound, 0.0, NOTHING_MOVED)
         details["threshold"] = absolute.to_dict()
-        return judged(check_id, absolute, observed, f"{direction.upper()} {observed:.1f} GB/s",
-                      absolute.describe() + " GB/s", round(observed, 2), REMEDIATION, details, degraded,
-                      peak=link.gbps if link else None, peak_source=link.source if link else "")
-    if link is None:
-        bound = peaks.unknown_host_link_bound()
-        details["physical_peak"] = bound.to_dict()
-        broken = broken_measurement(observed, bound.gbps, bound.source)
-        if broken:
-            return result(check_id, Status.ERROR, f"{direction.upper()}: {broken}", None, observed,
-                          "the benchmark's output is not a real measurement: re-run it", details)
-        return result(
-            check_id,
-            Status.PASS,
-            f"{direction.upper()} {observed:.1f} GB/s; PCIe link unknown (no NVML): recorded only",
-            None,
-            round(observed, 2),
-            "",
-            details,
-        )
+        return judged(check_id, absolute, observed, f"{direction.upper()} {shown} GB/s",
+                      absolute.describe() + " GB/s", shown_observed, REMEDIATION, details, degraded,
+                      peak=bound.gbps, peak_source=bound.source, floor=0.0, floor_source=NOTHING_MOVED)
+    broken = broken_measurement(observed, bound.gbps, bound.source, 0.0, NOTHING_MOVED)
+    if broken:
+        return result(check_id, Status.ERROR, f"{direction.upper()} {shown} GB/s: {broken}", ratio.describe(),
+                      observed, BROKEN_REMEDIATION, details)
     share = observed / link.gbps
     details["ratio"] = round(share, 4)
     details["threshold"] = ratio.to_dict()
@@ -185,9 +189,14 @@ def run(spec: Optional[dict], profile: Optional[dict], node, overrides: Optional
                     details={"partial_output": raw},
                 )
             )
+        payload, problems = checked_payload(payload, torch_hostcopy.PAYLOAD_SCHEMA)
+        gpus = payload["gpus"] if payload is not None else []
         results = [judge_copy(d, gpu, floors[d], ratio, sysfs_peak(node, gpu))
-                   for gpu in payload["gpus"] for d in ("h2d", "d2h")]
-        results += [judge_link_under_load(gpu) for gpu in payload["gpus"]]
+                   for gpu in gpus for d in ("h2d", "d2h")]
+        results += [judge_link_under_load(gpu) for gpu in gpus]
+        if problems:  # the well-formed GPUs above are still judged
+            results.append(payload_error("bench.hostcopy.payload", "the copy benchmark", problems,
+                                         {"partial_output": raw}))
         tries_seen.append(results)
         worst = max(results, key=lambda r: (r.status == Status.FAIL, r.status == Status.ERROR, r.status == Status.WARN))
         summary = result("bench.hostcopy", worst.status, worst.reason, observed=len(results))

@@ -13,18 +13,22 @@ import os
 from dataclasses import dataclass, field
 from typing import Optional
 
+from verify.bench import torch_allreduce
 from verify.bench.common import (
     ENGINE_CWD,
     Threshold,
     Try,
     broken_measurement,
+    checked_payload,
     engine_argv,
     engine_env,
+    figure_text,
     human_bytes,
     judged,
     last_line,
     module_available,
     parse_size,
+    payload_error,
     progress,
     read_result,
     result,
@@ -39,6 +43,7 @@ from verify.runner import which
 
 CHECK_ID = "bench.nccl_allreduce"
 REMEDIATION = "gpu: gpu_nccl_conf (and the NVLink/NIC state); re-run `tunefleet bench nccl` after fixing"
+NOTHING_MOVED = "an all-reduce that moved nothing at the largest size"
 DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV,NET"}
 
 
@@ -69,6 +74,7 @@ class Measurement:
     transport: NcclTransport
     problems: list  # shape problems that make the run untrustworthy (FAIL)
     raw: dict
+    payload_problems: list = field(default_factory=list)  # malformed engine rows, dropped before judging
 
 
 # Fraction of one GPU's unidirectional NVLink bandwidth a healthy ring all-reduce reaches: 0.72 on
@@ -230,6 +236,10 @@ def measure(node, engine: str, binary: Optional[str], opts: NcclOptions, gpus: i
     payload = read_result(out.stdout)
     if payload is None:
         return None, f"built-in all-reduce exited {out.returncode} without a result: {last_line(out.stderr)}", raw
+    payload, malformed = checked_payload(payload, torch_allreduce.PAYLOAD_SCHEMA)
+    if payload is None:
+        return None, payload_error(CHECK_ID, "the built-in all-reduce", malformed).reason, dict(
+            raw, payload_problems=malformed)
     points = [
         CurvePoint(
             r["size_bytes"],
@@ -241,7 +251,7 @@ def measure(node, engine: str, binary: Optional[str], opts: NcclOptions, gpus: i
             r["busbw_gbps"],
             r["wrong"],
         )
-        for r in payload.get("rows", [])
+        for r in payload["rows"]
     ]
     if transport.nccl_version is None:
         transport.nccl_version = payload.get("nccl_version")
@@ -250,7 +260,8 @@ def measure(node, engine: str, binary: Optional[str], opts: NcclOptions, gpus: i
     if wrong:
         problems.append(f"wrong all-reduce results at sizes {wrong[:4]}")
     raw["engine_meta"] = {k: v for k, v in payload.items() if k != "rows"}
-    return Measurement(engine, points, int(payload.get("world_size", 0)), transport, problems, raw), None, raw
+    measurement = Measurement(engine, points, payload["world_size"], transport, problems, raw, malformed)
+    return measurement, None, raw
 
 
 def _save_raw(directory: str, engine: str, out) -> None:
@@ -294,7 +305,8 @@ def judge(
     if peak is not None:
         details["physical_peak"] = peak.to_dict()
     expected = threshold.describe() + " GB/s busbw" if threshold else None
-    label = f"busbw {observed:.1f} GB/s at {human_bytes(largest.size_bytes)}" if observed is not None else "no busbw"
+    label = f"busbw {figure_text(observed, 1)} GB/s at {human_bytes(largest.size_bytes)}" \
+        if observed is not None else "no busbw"
     if measurement.problems:
         return result(
             CHECK_ID,
@@ -334,7 +346,8 @@ def judge(
         return result(CHECK_ID, Status.ERROR, f"{label} from {measurement.ranks} rank: an all-reduce needs 2 ranks,"
                       " a 1-rank figure is a local copy, not a measurement", expected, observed, REMEDIATION, details)
     if threshold is None:
-        broken = broken_measurement(observed, peak and peak.gbps, peak.source if peak else "")
+        broken = broken_measurement(largest.busbw_gbps, peak and peak.gbps, peak.source if peak else "", 0.0,
+                                    NOTHING_MOVED)
         if broken:
             return result(CHECK_ID, Status.ERROR, f"{label}: {broken}", None, observed,
                           "the benchmark's output is not a real measurement: re-run it and read its raw output",
@@ -348,8 +361,9 @@ def judge(
             "",
             details,
         )
-    return judged(CHECK_ID, threshold, observed, label, expected, observed, REMEDIATION, details, nvls_note,
-                  peak=peak.gbps if peak else None, peak_source=peak.source if peak else "")
+    return judged(CHECK_ID, threshold, largest.busbw_gbps, label, expected, observed, REMEDIATION, details, nvls_note,
+                  peak=peak.gbps if peak else None, peak_source=peak.source if peak else "", floor=0.0,
+                  floor_source=NOTHING_MOVED)
 
 
 def run(spec: Optional[dict], profile: Optional[dict], node, overrides: Optional[dict] = None) -> list:
@@ -382,8 +396,11 @@ def run(spec: Optional[dict], profile: Optional[dict], node, overrides: Optional
         f" timeout {opts.timeout_s:.0f} s"
     )
 
+    malformed_by_try: list = []
+
     def attempt(index: int) -> Try:
         measurement, error, raw = measure(node, engine, binary, opts, gpus)
+        malformed_by_try.append(measurement.payload_problems if measurement else [])
         if measurement is None:
             return Try(
                 result(
@@ -403,4 +420,7 @@ def run(spec: Optional[dict], profile: Optional[dict], node, overrides: Optional
             judged, {"engine": engine, "curve_busbw": {str(p.size_bytes): p.busbw_gbps for p in measurement.points}}
         )
 
-    return [with_retries(attempt, opts.tries, "NCCL all-reduce")]
+    outcome = with_retries(attempt, opts.tries, "NCCL all-reduce")
+    if malformed_by_try and malformed_by_try[-1]:  # the well-formed sizes were judged above
+        return [outcome, payload_error(f"{CHECK_ID}.payload", "the built-in all-reduce", malformed_by_try[-1])]
+    return [outcome]

@@ -14,7 +14,10 @@ import sys
 import threading
 import time
 
-from verify.bench.common import emit_result, parse_size
+from verify.bench.common import NUMBER, ListOf, emit_result, parse_size
+
+# What a read emits (verify.bench.common.checked_payload checks it where it enters verify).
+PAYLOAD_SCHEMA = {"gbps": NUMBER, "runs": ListOf({"bytes": int, "seconds": NUMBER, "gbps": NUMBER})}
 
 
 def read_direct(path: str, block: int, depth: int, limit: int = 0) -> dict:

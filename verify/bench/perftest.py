@@ -18,16 +18,18 @@ from typing import Optional
 from verify.bench.common import (
     Threshold,
     Try,
-    broken_measurement,
+    figure_text,
     judged,
     last_line,
     progress,
+    recorded_only,
     result,
     tail,
     with_retries,
 )
 from verify.bench.perftest_parse import PerftestParseError, parse_json, parse_text
 from verify.facts.links import Port, discover_ports
+from verify.judging import peaks
 from verify.profiles import bench_setting, resolve_threshold
 from verify.result import CheckResult, Status
 from verify.runner import which
@@ -105,10 +107,24 @@ def bw_threshold(profile, spec, port: Port, bidirectional: bool) -> Optional[Thr
     )
 
 
+LATENCY_FLOOR = f"the fastest RDMA adapters' one-way latency, {peaks.RDMA_LATENCY_FLOOR_US:g} us"
+NOTHING_MOVED = "a bandwidth test that moved nothing"
+
+
 def judge(
-    check_id: str, parsed, port: Port, test: str, threshold: Optional[Threshold], latency_ceiling: Optional[Threshold]
+    check_id: str,
+    parsed,
+    port: Port,
+    test: str,
+    threshold: Optional[Threshold],
+    latency_ceiling: Optional[Threshold],
+    bidirectional: bool = False,
 ) -> CheckResult:
-    """Pure: a parsed perftest result -> the check result."""
+    """Pure: a parsed perftest result -> the check result.
+
+    Bandwidth is bounded by the port's own rate (x2 with -b), latency by the fastest wire's: a
+    figure beyond either, or not a number, is ERROR, with or without a floor.
+    """
     row = parsed.largest
     details = {
         "device": port.device,
@@ -124,40 +140,26 @@ def judge(
         typical = row.latency_us.get("t_typical")
         if typical is None:
             return result(check_id, Status.ERROR, "no typical latency in the output", details=details)
-        broken = broken_measurement(typical)
-        if latency_ceiling is None and broken:
-            return result(check_id, Status.ERROR, f"typical latency: {broken}", None, typical, "", details)
+        label = f"typical latency {figure_text(typical)} us at {row.size_bytes} B"
         if latency_ceiling is None:
-            return result(
-                check_id,
-                Status.PASS,
-                f"typical latency {typical:.2f} us at {row.size_bytes} B: recorded only",
-                None,
-                typical,
-                "",
-                details,
-            )
-        return judged(check_id, latency_ceiling, typical, f"typical latency {typical:.2f} us",
-                      latency_ceiling.describe() + " us", typical, REMEDIATION, details)
+            return recorded_only(check_id, typical, label, typical, details, None,
+                                 peaks.RDMA_LATENCY_FLOOR_US, LATENCY_FLOOR)
+        return judged(check_id, latency_ceiling, typical, label, latency_ceiling.describe() + " us", typical,
+                      REMEDIATION, details, floor=peaks.RDMA_LATENCY_FLOOR_US, floor_source=LATENCY_FLOOR)
     average = row.bw_avg_gbits
     if average is None:
         return result(check_id, Status.ERROR, "no average bandwidth in the output", details=details)
-    broken = broken_measurement(average)
-    if threshold is None and broken:
-        return result(check_id, Status.ERROR, f"average bandwidth: {broken}", None, average, "", details)
+    bound = peaks.rdma_port_bound(port.rate_gbits, bidirectional)
+    label = f"{figure_text(average, 1)} Gb/s at {row.size_bytes} B"
     if threshold is None:
-        return result(
-            check_id,
-            Status.PASS,
-            f"{average:.1f} Gb/s at {row.size_bytes} B; port rate unknown: recorded only",
-            None,
-            average,
-            "",
-            details,
-        )
+        return recorded_only(check_id, average, f"{label}; port rate unknown", average, details, bound,
+                             0.0, NOTHING_MOVED)
     details["threshold"] = threshold.to_dict()
-    return judged(check_id, threshold, average, f"{average:.1f} Gb/s at {row.size_bytes} B",
-                  threshold.describe() + " Gb/s", average, REMEDIATION, details, f" ({threshold.source})")
+    details["physical_peak"] = bound.to_dict()
+    return judged(check_id, threshold, average, label, threshold.describe() + " Gb/s", average, REMEDIATION, details,
+                  f" ({threshold.source})", peak=bound.gbps, peak_source=bound.source, floor=0.0,
+                  floor_source=NOTHING_MOVED)
+
 
 
 def run_pair(node, server_argv: list, client_argv: list, opts: PerftestOptions) -> tuple:
@@ -279,7 +281,7 @@ def run(spec: Optional[dict], profile: Optional[dict], node, overrides: Optional
                     parsed, error, raw = measure_one(node, port, test, opts, tcp_port, tool)
                     if parsed is None:
                         return Try(result(check_id, Status.ERROR, error, details={"partial_output": raw}))
-                    judged = judge(check_id, parsed, port, test, threshold, latency_ceiling)
+                    judged = judge(check_id, parsed, port, test, threshold, latency_ceiling, opts.bidirectional)
                 except Exception as exc:  # noqa: BLE001
                     return Try(result(check_id, Status.ERROR, f"{TESTS[test]} on {port.device} crashed: "
                                       f"{type(exc).__name__}: {str(exc)[:200]}",

@@ -26,20 +26,27 @@ from verify.bench.common import (
     Threshold,
     Try,
     broken_measurement,
+    checked_payload,
     engine_argv,
     engine_env,
+    figure_text,
     human_bytes,
     judged,
     module_available,
     parse_size,
+    payload_error,
     progress,
     read_result,
+    recorded_only,
     result,
     tail,
     with_retries,
 )
+from verify.bench.cufile_read import PAYLOAD_SCHEMA as CUFILE_SCHEMA
 from verify.bench.gds_parse import GdsParseError, parse_gdscheck, parse_gdsio
+from verify.bench.odirect_read import PAYLOAD_SCHEMA as ODIRECT_SCHEMA
 from verify.interrupt import deferred
+from verify.judging import peaks
 from verify.profiles import bench_setting, resolve_threshold
 from verify.result import Status
 from verify.runner import which
@@ -113,23 +120,93 @@ def gdsio_argv(binary: str, opts: StorageOptions, path: str, xfer: int) -> list:
     ]
 
 
-def judge_floor(check_id: str, label: str, gbps: float, threshold: Optional[Threshold], details: dict):
+# ---- the physical bound of a read: the link of the device the file lives on ----------------------
+MAX_STACK_DEPTH = 4  # dm on md on nvme: a few layers at most
+
+
+def _link_target(node, absolute: str) -> str:
+    try:
+        return os.readlink(node.path(absolute))
+    except OSError:
+        return ""
+
+
+def whole_disk(node, name: str) -> str:
+    """The disk a partition belongs to (nvme0n1p1 -> nvme0n1); a disk or md/dm device is itself."""
+    for disk in node.listdir("/sys/block"):
+        if name == disk or name in node.listdir(f"/sys/block/{disk}"):
+            return disk
+    return name
+
+
+def _pcie_of(node, pci_dir: str, origin: str) -> Optional[peaks.Peak]:
+    gen = peaks.pcie_gen_from_speed(node.read_value(f"{pci_dir}/max_link_speed"))
+    width = node.read_value(f"{pci_dir}/max_link_width") or ""
+    return peaks.pcie_peak([(gen, int(width) if width.isdigit() and len(width) <= 3 else None, origin)])
+
+
+def device_bound(node, disk: str, depth: int = 0) -> Optional[peaks.Peak]:
+    """The read bound of one block device from sysfs, None when its link cannot be read.
+
+    NVMe: the PCIe link of its controller (/sys/block/<ns>/device is the controller, its `device`
+    the PCI function with max_link_speed/width; native multipath lists each path's controller).
+    SATA: 6 Gb/s. md/dm: the sum of its members (a RAID 0 reads from all at once).
+    """
+    members = node.listdir(f"/sys/block/{disk}/slaves")
+    if members and depth < MAX_STACK_DEPTH:
+        parts = [device_bound(node, whole_disk(node, m), depth + 1) for m in members]
+        if any(p is None for p in parts):
+            return None
+        return peaks.summed_peak(parts, f"{disk} over {', '.join(members)}")
+    if disk.startswith("nvme"):
+        controllers = ["device"] + [f"multipath/{p}/device" for p in node.listdir(f"/sys/block/{disk}/multipath")]
+        links = [_pcie_of(node, f"/sys/block/{disk}/{c}/device", f"{disk} controller max link, sysfs")
+                 for c in controllers]
+        links = [p for p in links if p is not None]
+        if len(links) > 1:
+            return peaks.summed_peak(links[1:], f"{disk} over {len(links) - 1} NVMe paths")
+        return links[0] if links else None
+    if "/ata" in _link_target(node, f"/sys/block/{disk}"):
+        return peaks.sata_peak(disk)
+    return None
+
+
+def storage_bound(node, path: str) -> peaks.Peak:
+    """What no read of `path` can exceed: its device's link, else the fastest storage link (virtio,
+    SAS, NVMe over fabrics, network and memory file systems: no link sysfs describes)."""
+    try:
+        number = os.stat(path).st_dev
+    except OSError:
+        return peaks.unknown_storage_bound(f"{path} could not be read")
+    name = node.readlink_name(f"/sys/dev/block/{os.major(number)}:{os.minor(number)}")
+    if not name:
+        return peaks.unknown_storage_bound(f"{path} is not on a block device")
+    disk = whole_disk(node, name)
+    found = device_bound(node, disk)
+    if found is not None:
+        return found
+    kind = "virtio, no link" if "virtio" in _link_target(node, f"/sys/block/{disk}") else "link unknown"
+    return peaks.unknown_storage_bound(f"{disk}: {kind}")
+
+
+def judge_floor(check_id: str, label: str, gbps, threshold: Optional[Threshold], details: dict,
+                bound: Optional[peaks.Peak] = None):
+    """One engine's read rate against its floor, always bounded by the device's link: a rate that is
+    not a number, negative, zero or above the link is ERROR, "recorded only" included."""
+    bound = bound or peaks.unknown_storage_bound()
+    shown = figure_text(gbps)
+    observed = round(gbps, 3) if isinstance(gbps, float) and gbps == gbps and abs(gbps) != float("inf") else gbps
     if threshold is None:
-        return result(
-            check_id,
-            Status.PASS,
-            f"{label} {gbps:.2f} GB/s; no floor set (verify_thresholds): recorded only",
-            None,
-            round(gbps, 3),
-            "",
-            details,
-        )
+        return recorded_only(check_id, gbps, f"{label} {shown} GB/s; no floor set (verify_thresholds)", observed,
+                             details, bound, floor=0.0, floor_source="a read that moved nothing")
     details["threshold"] = threshold.to_dict()
-    return judged(check_id, threshold, gbps, f"{label} {gbps:.2f} GB/s", threshold.describe() + " GB/s",
-                  round(gbps, 3), REMEDIATION, details)
+    details["physical_peak"] = bound.to_dict()
+    return judged(check_id, threshold, gbps, f"{label} {shown} GB/s", threshold.describe() + " GB/s",
+                  observed, REMEDIATION, details, peak=bound.gbps, peak_source=bound.source, floor=0.0,
+                  floor_source="a read that moved nothing")
 
 
-def _engine_try(node, check_id: str, argv: list, timeout: float, label: str, judge) -> Try:
+def _engine_try(node, check_id: str, argv: list, timeout: float, label: str, judge, schema: dict) -> Try:
     out = node.run(argv, timeout_s=timeout, env=engine_env(), cwd=ENGINE_CWD)
     raw = {"argv": argv, "returncode": out.returncode, "stderr_tail": tail(out.stderr)}
     payload = read_result(out.stdout)
@@ -148,13 +225,17 @@ def _engine_try(node, check_id: str, argv: list, timeout: float, label: str, jud
             return Try(result(check_id, Status.SKIP, f"{label} cannot run on this node: {last}",
                               details={"partial_output": raw}))
         return Try(result(check_id, Status.ERROR, f"{label} failed: {last}", details={"partial_output": raw}))
+    payload, problems = checked_payload(payload, schema)
+    if problems:  # one engine, one figure: a malformed result is this engine's ERROR, the others still run
+        return Try(payload_error(check_id, label, problems, {"partial_output": raw}))
     judged = judge(payload)
     judged.details["run"] = raw
-    return Try(judged, {"gbps": payload.get("gbps")})
+    return Try(judged, {"gbps": payload["gbps"]})
 
 
 def run_odirect(spec, profile, node, opts: StorageOptions, path: str):
     threshold = resolve_threshold("storage_odirect_gbps", profile, spec)
+    bound = storage_bound(node, path)
     argv = engine_argv(
         "verify.bench.odirect_read", ["--file", path, "--block", opts.block_bytes, "--queue-depth", opts.queue_depth]
     )
@@ -172,10 +253,12 @@ def run_odirect(spec, profile, node, opts: StorageOptions, path: str):
             payload["gbps"],
             threshold,
             details,
+            bound,
         )
 
     return with_retries(
-        lambda i: _engine_try(node, "bench.storage.odirect", argv, opts.timeout_s, "O_DIRECT read", judge),
+        lambda i: _engine_try(node, "bench.storage.odirect", argv, opts.timeout_s, "O_DIRECT read", judge,
+                              ODIRECT_SCHEMA),
         opts.tries,
         "O_DIRECT read",
     )
@@ -184,6 +267,7 @@ def run_odirect(spec, profile, node, opts: StorageOptions, path: str):
 def run_cufile(spec, profile, node, opts: StorageOptions, path: str):
     threshold = resolve_threshold("storage_cufile_gbps", profile, spec)
     gds_expected = bool((profile or {}).get("gds_expected", False))
+    bound = storage_bound(node, path)
     argv = engine_argv("verify.bench.cufile_read", ["--file", path, "--block", opts.block_bytes, "--gpu", opts.gpu])
 
     def judge(payload):
@@ -196,7 +280,10 @@ def run_cufile(spec, profile, node, opts: StorageOptions, path: str):
             payload["gbps"],
             threshold,
             details,
+            bound,
         )
+        if judged.status == Status.ERROR:
+            return judged  # a broken figure says so, whatever the mode
         if mode != "gds" and gds_expected:
             judged.status = Status.FAIL
             judged.reason = f"cuFile ran in {mode} mode (no nvidia-fs I/O): not GPUDirect, and the profile expects GDS"
@@ -206,7 +293,8 @@ def run_cufile(spec, profile, node, opts: StorageOptions, path: str):
         return judged
 
     outcome = with_retries(
-        lambda i: _engine_try(node, "bench.storage.cufile", argv, opts.timeout_s, "cuFile read", judge),
+        lambda i: _engine_try(node, "bench.storage.cufile", argv, opts.timeout_s, "cuFile read", judge,
+                              CUFILE_SCHEMA),
         opts.tries,
         "cuFile read",
     )
@@ -226,13 +314,15 @@ def run_gdsio(spec, profile, node, opts: StorageOptions, path: str, binary: str)
         check = parse_gdscheck(out.stdout)
     measured = {}
     results = []
+    bound = storage_bound(node, path)
     for xfer, name in ((0, "gpud"), (2, "cpu_gpu")):
         argv = gdsio_argv(binary, opts, path, xfer)
         out = node.run(argv, timeout_s=opts.timeout_s)
         check_id = f"bench.storage.gdsio.{name}"
         try:
             runs = parse_gdsio(out.stdout)
-            broken = broken_measurement(runs[0].throughput_gbps) if runs else None
+            broken = broken_measurement(runs[0].throughput_gbps, bound.gbps, bound.source, 0.0,
+                                        "a read that moved nothing") if runs else None
         except GdsParseError as exc:
             runs, broken = [], str(exc)
         if out.timed_out or not runs or broken:
@@ -247,21 +337,15 @@ def run_gdsio(spec, profile, node, opts: StorageOptions, path: str, binary: str)
             )
             continue
         measured[name] = runs[0]
-        results.append(
-            result(
-                check_id,
-                Status.PASS,
-                f"gdsio -x {xfer} ({runs[0].xfer_type}) {runs[0].throughput_gbps:.2f} GB/s",
-                None,
-                round(runs[0].throughput_gbps, 3),
-                "",
-                {"argv": argv, "run": runs[0].to_dict()},
-            )
-        )
+        results.append(recorded_only(check_id, runs[0].throughput_gbps,
+                                     f"gdsio -x {xfer} ({runs[0].xfer_type}) {runs[0].throughput_gbps:.2f} GB/s",
+                                     round(runs[0].throughput_gbps, 3), {"argv": argv, "run": runs[0].to_dict()},
+                                     bound, 0.0, "a read that moved nothing"))
     if "gpud" in measured and measured.get("cpu_gpu") and measured["cpu_gpu"].throughput_gbps > 0:
         ratio_threshold = resolve_threshold("gds_vs_cpu_ratio", profile, spec, DERIVED_GDS_RATIO)
         ratio = measured["gpud"].throughput_gbps / measured["cpu_gpu"].throughput_gbps
         gpud = results[0]
+        gpud.reason = gpud.reason.replace(": recorded only", "")  # the ratio below judges it
         gpud.details["gds_vs_cpu_ratio"] = round(ratio, 3)
         gpud.details["gdscheck"] = check.to_dict() if check else None
         if check is not None and not check.gds_possible:

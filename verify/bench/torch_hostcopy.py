@@ -9,7 +9,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from verify.bench.common import emit_result, parse_size
+from verify.bench.common import NUMBER, ListOf, Maybe, emit_result, parse_size
+
+# What the engine emits (verify.bench.common.checked_payload checks it where it enters verify):
+# one row per GPU; a malformed row is dropped and named, the others are still judged.
+PAYLOAD_SCHEMA = {"gpus": ListOf({"index": int, "name": Maybe(str), "pcie": Maybe(dict),
+                                  "pcie_under_load": Maybe(dict), "h2d_gbps": NUMBER, "d2h_gbps": NUMBER})}
 
 
 def pcie_links(count: int) -> list:

@@ -5,9 +5,10 @@ Judges are pure functions of the parsed readings (health_smi.GpuHealth); `run_*`
 from __future__ import annotations
 
 from verify.checks.common import result, skip
-from verify.checks.health_common import CHECK_COOLING, DRAIN_RMA, REBOOT, RESEAT, RESET_GPU, ROLE, profile, threshold
+from verify.checks.health_common import CHECK_COOLING, REBOOT, RESEAT, ROLE, profile, threshold
 from verify.facts import health_smi
 from verify.facts.pci import driver_reason, nvidia_gpus_on_bus, short_bdf
+from verify.judging import verdicts
 from verify.judging.thresholds import Threshold
 from verify.node import Node
 from verify.result import Status
@@ -87,27 +88,48 @@ def run_presence(spec: dict, node: Node) -> list:
 # ---- memory errors ---------------------------------------------------------------------------------
 
 def judge_memory(gpu):
-    findings = []
+    """NVIDIA GPU Memory Error Management (https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/):
+    a pending row remap is applied at the next GPU reset and "unaffected applications can continue running
+    ... and new workloads can be launched" ("Error Recovery and Response Flags"): reset-gpu, whether the
+    rows were remapped for correctable or uncorrectable errors (the manual draws no line there). The RMA
+    criterion is the row-remapping failure flag ("RMA Policy"): drain-rma."""
+    findings = []  # (action class, what was seen, remediation or None for the class's words)
     volatile = gpu.number("ecc.errors.uncorrected.volatile.total")
     aggregate = gpu.number("ecc.errors.uncorrected.aggregate.total")
+    uncorrectable_rows = gpu.number("remapped_rows.uncorrectable")
     if volatile:
-        findings.append((Status.FAIL, f"{volatile:.0f} uncorrectable ECC error(s) since the driver loaded", RESET_GPU))
+        # contained by the GPU; its row goes to the remapper, applied at the next reset
+        findings.append((verdicts.RESET_GPU, f"{volatile:.0f} uncorrectable ECC error(s) since the driver loaded",
+                         None))
     if gpu.active("remapped_rows.failure"):
-        findings.append((Status.FAIL, "row remapping failed (no spare rows left)", DRAIN_RMA))
+        findings.append((verdicts.DRAIN_RMA, "row remapping failed (NVIDIA's RMA criterion for GPU memory)", None))
     if gpu.active("remapped_rows.pending"):
-        findings.append((Status.FAIL, "row remapping pending (applied at the next GPU reset)", RESET_GPU))
+        rows = (f"{uncorrectable_rows:.0f} row(s) remapped for uncorrectable errors" if uncorrectable_rows
+                else "correctable-error rows only")
+        findings.append((verdicts.RESET_GPU, f"row remapping pending ({rows}): applied at the next GPU reset", None))
     if gpu.active("retired_pages.pending"):
-        findings.append((Status.FAIL, "page retirement pending (applied at the next driver load)", REBOOT))
+        findings.append((verdicts.RESET_GPU, "page retirement pending (applied at the next GPU reset or driver load)",
+                         None))
     if aggregate and not volatile:
-        findings.append((Status.WARN, f"{aggregate:.0f} uncorrectable ECC error(s) in the GPU's lifetime", DRAIN_RMA))
+        findings.append((verdicts.WATCH, f"{aggregate:.0f} uncorrectable ECC error(s) in the GPU's lifetime", None))
     if gpu.active("ecc.mode.current") is False:
-        findings.append((Status.WARN, "ECC is disabled: memory errors go undetected",
+        findings.append((verdicts.WATCH, "ECC is disabled: memory errors go undetected",
                          "enable ECC (nvidia-smi -e 1 -i {index}) and reboot"))
     readings = {name: gpu.text(name) for name in health_smi.MEMORY_FIELDS}
+    check_id = f"health.gpu.memory.{gpu.index}"
     if all(value is None for value in readings.values()):
-        return skip(f"health.gpu.memory.{gpu.index}", ROLE, f"{gpu.label} reports no ECC or remapping state")
-    return _verdict(f"health.gpu.memory.{gpu.index}", gpu, findings,
-                    "no uncorrectable error, nothing pending", {"bus_id": gpu.bus_id, "readings": readings})
+        return skip(check_id, ROLE, f"{gpu.label} reports no ECC or remapping state")
+    details = {"bus_id": gpu.bus_id, "readings": readings}
+    action = verdicts.worst(a for a, _, _ in findings)
+    status = verdicts.status_of(action)
+    if status is Status.PASS:
+        return result(check_id, ROLE, status, "healthy", "no uncorrectable error, nothing pending", details=details)
+    details[verdicts.ACTION_KEY] = action
+    worst = [f for f in findings if f[0] == action]
+    fix = worst[0][2] or verdicts.remedy(action, gpu.index, gpu.label)
+    reason = f"{gpu.label}: " + "; ".join(f"{text} ({a})" for a, text, _ in findings)
+    return result(check_id, ROLE, status, "healthy", "; ".join(text for _, text, _ in worst), reason,
+                  details=details, fix=fix.format(index=gpu.index, what=gpu.label))
 
 
 # ---- clocks, temperature, power --------------------------------------------------------------------

@@ -1,8 +1,21 @@
-"""InfiniBand / RoCE ports from /sys/class/infiniband: state ACTIVE, physical state LinkUp, rate at
-the expected rate, error counters under a ceiling. One result per port.
+"""InfiniBand / RoCE ports from /sys/class/infiniband, judged against their siblings: one result per port.
 
-Without a profile rate (`ib_port_rate_gbps`), a port slower than the fastest port of the same link
-layer on this node is a WARN: mixed NICs are legitimate, a port trained down is not.
+Ports are grouped by HCA model (`hca_type`, e.g. MT4129 = ConnectX-7, with `board_id` where sysfs gives
+it) and link layer. Within a group:
+- a port not ACTIVE / LinkUp (Down, Disabled, Polling, Init) while a sibling is Active is FAIL naming it,
+  unless the desired state lists it as unused (`verify.unused_ports`: "mlx5_2/1", or "mlx5_2" for every
+  port of the device). rdma-core's ibcheckstate(8) reports "any ports which have a port state other than
+  Active or a port physical state other than LinkUp"; Polling is the port looking for a link partner
+  (cable, transceiver or switch port), Disabled a port shut by command or by its firmware (NVIDIA
+  MLNX-OS "Link Diagnostic Per Port": "Port is close by command", cable / signal-integrity codes). The
+  action is `drain-rma` of the cable / transceiver: reseat it first, replace it, then the HCA.
+- the group's own fastest Active port is the rate bar (a 100G NIC beside 400G HCAs is another group and
+  is not flagged); the profile rate (`ib_port_rate_gbps`) raises the bar of the node's fastest group only.
+- a group with no Active port at all: Disabled is SKIP (not in use); otherwise FAIL where RDMA is expected
+  (`gpu.rdma_expected` or a profile rate), else WARN.
+Error counters are judged per port against a ceiling: as the increase since the last run where
+node.memo["previous_counters"] gives it (key "health.ib.<dev>/<port>": {counter: count}), else since the
+driver loaded.
 """
 from __future__ import annotations
 
@@ -11,6 +24,7 @@ from typing import Optional
 
 from verify.checks.common import result, skip
 from verify.checks.health_common import ROLE, threshold
+from verify.judging import verdicts
 from verify.judging.thresholds import Threshold
 from verify.node import Node
 from verify.result import Status
@@ -24,6 +38,7 @@ DERIVED_ERRORS = Threshold(limit=10, warn=0, kind="max", source=(
     "LinkErrorRecoveryCounter=10); any error is a WARN"))
 RESEAT_CABLE = ("drain the node, reseat or replace the cable / transceiver of {port}, check the switch port; "
                 "RMA the HCA if it stays")
+PREVIOUS_COUNTERS = "previous_counters"
 _RATE = re.compile(r"^\s*([0-9.]+)\s*Gb/sec")
 
 
@@ -45,44 +60,99 @@ def read_port(node: Node, device: str, port: str) -> dict:
         value = node.read_value(f"{base}/counters/{name}")
         if value is not None and value.isdigit():
             counters[name] = int(value)
+    model = " ".join(part for part in (node.read_value(f"/sys/class/infiniband/{device}/hca_type"),
+                                       node.read_value(f"/sys/class/infiniband/{device}/board_id")) if part)
     return {"port": f"{device}/{port}", "state": _state_name(node.read_value(f"{base}/state")),
             "phys_state": _state_name(node.read_value(f"{base}/phys_state")),
             "rate_gbps": parse_rate(node.read_value(f"{base}/rate")),
-            "link_layer": node.read_value(f"{base}/link_layer") or "InfiniBand", "counters": counters}
+            "link_layer": node.read_value(f"{base}/link_layer") or "InfiniBand", "counters": counters,
+            "hca_model": model or "unknown HCA"}
 
 
-def judge_port(port: dict, rate: Threshold, ceiling: Threshold, strict: bool):
-    """strict: RDMA is expected on this node (gpu_rdma_expected or a profile rate), so a port down
-    or slow is a FAIL; otherwise an unused port of a dual-port NIC is only a WARN."""
+def _is_active(port: dict) -> bool:
+    return port["state"] == "ACTIVE" and port["phys_state"] == "LinkUp"
+
+
+def _group(port: dict) -> tuple:
+    return port["hca_model"], port["link_layer"]
+
+
+def _unused(port: dict, unused: list) -> bool:
+    device = port["port"].split("/", 1)[0]
+    return port["port"] in unused or device in unused
+
+
+def _counter_findings(port: dict, ceiling: Threshold, previous: dict) -> tuple:
+    """([(status, text)], {counter: since driver load} where a previous run's reading is known)."""
+    findings, since_load = [], {}
+    for counter, count in sorted(port["counters"].items()):
+        before = previous.get(counter)
+        judged = count
+        if isinstance(before, int) and 0 <= before <= count:
+            judged, since_load[counter] = count - before, count
+        status, _ = ceiling.judge(judged)
+        if status is not Status.PASS:
+            tail = f" since the last run ({count} since driver load)" if counter in since_load else ""
+            findings.append((status, f"{counter} {judged}{tail}"))
+    return findings, since_load
+
+
+def judge_port(port: dict, rate: Threshold, ceiling: Threshold, strict: bool, group_active: bool = False,
+               unused: bool = False, previous: Optional[dict] = None):
+    """group_active: a sibling port of the same HCA model and link layer is Active, so this one should be
+    too. strict: RDMA is expected on this node, so a port down in a group with none up is a FAIL."""
     check_id = f"health.ib.{port['port']}"
-    name = f"port {port['port']} ({port['link_layer']})"
-    if port["phys_state"] == "Disabled":
-        return skip(check_id, ROLE, f"{name} is disabled (phys_state Disabled): not in use")
-    fix = RESEAT_CABLE.format(port=port["port"])
-    down = Status.FAIL if strict else Status.WARN
-    findings = []
-    if port["state"] != "ACTIVE":
-        findings.append((down, f"state {port['state'] or '?'}, not ACTIVE"))
-    if port["phys_state"] != "LinkUp":
-        findings.append((down, f"physical state {port['phys_state'] or '?'}, not LinkUp"))
+    name = f"port {port['port']} ({port['hca_model']}, {port['link_layer']})"
+    if unused:
+        return skip(check_id, ROLE, f"{name}: listed in verify.unused_ports")
+    if port["phys_state"] == "Disabled" and not group_active:
+        return skip(check_id, ROLE, f"{name} is disabled (phys_state Disabled) and so is every port of its model: "
+                    "not in use")
+    findings = []  # (status, text)
+    if not _is_active(port):
+        down = Status.FAIL if (strict or group_active) else Status.WARN
+        said = f"state {port['state'] or '?'}, physical state {port['phys_state'] or '?'}"
+        findings.append((down, said + (" while its sibling ports are Active" if group_active else "")))
     observed_rate = port["rate_gbps"]
-    if observed_rate is not None and port["state"] == "ACTIVE":
+    if observed_rate is not None and _is_active(port):
         status, why = rate.judge(observed_rate)
         if status is not Status.PASS:
-            status = status if strict else Status.WARN
-            findings.append((status, f"rate {observed_rate:g} Gb/s: {why}"))
-    for counter, count in sorted(port["counters"].items()):
-        status, _ = ceiling.judge(count)
-        if status is not Status.PASS:
-            findings.append((status, f"{counter} {count}"))
+            findings.append((Status.FAIL, f"rate {observed_rate:g} Gb/s: {why}"))
+    counted, since_load = _counter_findings(port, ceiling, previous or {})
+    findings += counted
     details = dict(port, thresholds={"rate": rate.to_dict(), "errors": ceiling.to_dict()})
+    if since_load:
+        details["counters_since_driver_load"] = since_load
     expected = f"ACTIVE, LinkUp, {rate.describe()} Gb/s, errors {ceiling.describe()}"
     observed = f"{port['state']}, {port['phys_state']}, {observed_rate if observed_rate is not None else '?'} Gb/s"
     if not findings:
         return result(check_id, ROLE, Status.PASS, expected, observed, details=details)
     status = Status.FAIL if any(s is Status.FAIL for s, _ in findings) else Status.WARN
+    # A port down or slow, or erroring past the ceiling: the cable / transceiver first, then the HCA (drain).
+    # A few errors: look again at the next run.
+    details[verdicts.ACTION_KEY] = verdicts.DRAIN_RMA if status is Status.FAIL else verdicts.WATCH
+    fix = RESEAT_CABLE.format(port=port["port"]) if status is Status.FAIL else verdicts.WORDS[verdicts.WATCH]
     return result(check_id, ROLE, status, expected, observed, f"{name}: " + "; ".join(t for _, t in findings),
                   details=details, fix=fix)
+
+
+def group_bars(ports: list, configured: Optional[Threshold]) -> dict:
+    """{(HCA model, link layer): rate floor}: the group's own fastest Active port; the profile's rate for
+    the node's fastest group (the fabric the profile describes), never for a slower NIC beside it."""
+    fastest: dict = {}
+    for port in ports:
+        if _is_active(port) and port["rate_gbps"]:
+            fastest[_group(port)] = max(fastest.get(_group(port), 0.0), port["rate_gbps"])
+    top = max(fastest.values(), default=0.0)
+    bars = {}
+    for group in {_group(port) for port in ports}:
+        own = fastest.get(group)
+        if configured is not None and (own is None or own >= top):
+            bars[group] = configured
+        else:
+            bars[group] = Threshold(limit=own or 1e-9, kind="min", source=(
+                f"derived: the fastest Active port of the {group[0]} {group[1]} ports of this node"))
+    return bars
 
 
 def run(spec: dict, node: Node) -> list:
@@ -93,12 +163,10 @@ def run(spec: dict, node: Node) -> list:
     ceiling = threshold("ib_port_error_count", spec, node, DERIVED_ERRORS)
     configured = threshold("ib_port_rate_gbps", spec, node, None)
     strict = configured is not None or bool((spec.get("gpu") or {}).get("rdma_expected"))
-    results = []
-    for port in ports:
-        rate = configured
-        if rate is None:
-            peers = [p["rate_gbps"] for p in ports if p["link_layer"] == port["link_layer"] and p["rate_gbps"]]
-            rate = Threshold(limit=max(peers, default=1e-9), kind="min",
-                             source=f"derived: the fastest {port['link_layer']} port of this node")
-        results.append(judge_port(port, rate, ceiling, strict))
-    return results
+    unused = [str(item) for item in ((spec.get("verify") or {}).get("unused_ports") or [])]
+    previous = node.memo.get(PREVIOUS_COUNTERS) or {}
+    bars = group_bars(ports, configured)
+    active_groups = {_group(port) for port in ports if _is_active(port) and not _unused(port, unused)}
+    return [judge_port(port, bars[_group(port)], ceiling, strict, _group(port) in active_groups,
+                       _unused(port, unused), previous.get(f"health.ib.{port['port']}") or {})
+            for port in ports]

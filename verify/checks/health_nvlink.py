@@ -1,17 +1,36 @@
-"""NVLink: every expected link up at the expected speed, and its error counters, per GPU.
+"""NVLink: each GPU against its own model's links, and each link's error counters.
 
-`nvidia-smi nvlink -s` gives each link's speed or `<inactive>`; `nvidia-smi nvlink -e` its counters
-(`Link 3: Replay Errors: 0`; counter names vary across drivers, so any `Link N: Name: count` line is
-kept and the CRC / replay / recovery ones are judged). Expected links and speed come from the
-profile (`nvlink_links_per_gpu`, `nvlink_link_gbps`); without one, the node's own best GPU sets them.
+`nvidia-smi nvlink -s` prints every link a GPU has, with its speed or `<inactive>` (or, when all are
+down, NVML's "all links are inActive" and no Link line); `nvidia-smi nvlink -e` its counters (`Link 3:
+Replay Errors: 0`; names vary across drivers, so any `Link N: Name: count` line is kept and the CRC /
+replay / recovery ones are judged).
+
+What a GPU should have comes from its MODEL (verify.judging.gpu_models, matched on the name the GPU block
+prints): the model's link count and the per-link rate nvidia-smi shows for it. The profile / desired
+state may override (`nvlink_links_per_gpu`, `nvlink_link_gbps`). A model the table does not know is
+held to the links nvidia-smi lists for it and to its own fastest link; never to another GPU of the node.
+PCIe / NVL cards whose NVLink needs a bridge (`nvlink_optional`) without any link are PASS.
+
+Verdicts (docs/verdicts.md holds the table): an inactive or missing link, or a link below its model's
+rate, is FAIL with action `reboot` on a baseboard (NVIDIA Health Validation, NVLink checks
+`nvlink_active` / `nvlink_bandwidth_count_speed`: "CRITICAL ... Recommended action: operational state
+drain, then reset_gpu -> restart_os -> service_required", https://docs.nvidia.com/health-validation/
+reference/checks/nvlink; on NVSwitch baseboards the GPUs and switches are reset together, so the node is
+drained and restarted, RMA if it recurs) and `drain-rma` of the bridge on a bridged PCIe card (the bridge
+is reseated or replaced by hand).
 """
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from typing import Optional
 
 from verify.checks.common import result, skip
-from verify.checks.health_common import RESET_GPU, ROLE, threshold
+from verify.checks.health_common import ROLE, threshold
+from verify.facts.gpu_query import query_gpus
+from verify.facts.links import parse_nvlink_all_inactive, parse_nvlink_gpu_names
 from verify.facts.pci import driver_reason
+from verify.judging import gpu_models, verdicts
 from verify.judging.thresholds import Threshold
 from verify.node import Node
 from verify.result import Status
@@ -74,35 +93,140 @@ def parse_errors(text: str) -> dict:
     return counters
 
 
-def judge_gpu(gpu: int, links: dict, errors: dict, want_links: Threshold, want_speed: Threshold, ceiling: Threshold):
+# The node's previous readings, put in node.memo by the run that knows them (the history's lifecycle work):
+# node.memo["previous_counters"] = {check id: counters as that result's details hold them}, here
+# {"health.nvlink.<gpu>": {"<link>": {"<counter name>": count}}}. With it the counters are judged as the
+# increase since that run; without it (or after a counter reset, when a count went down) since driver load.
+PREVIOUS_COUNTERS = "previous_counters"
+# nvidia-smi prints the link's signalling rate to 3 decimals (26.562 for 26.5625): 1% under the model's
+# printed rate still tells a trained-down link (half rate or less) from rounding.
+SPEED_TOLERANCE = 0.99
+
+
+@dataclass
+class Expectation:
+    links: Optional[Threshold]
+    speed: Threshold
+    model: Optional[gpu_models.GpuModel]
+    overridden: bool  # the profile or desired state set the link count
+
+
+def _memory_mib(node: Node, gpu: int) -> Optional[int]:
+    inventory = node.memo.get("gpus")  # only what a check already read: no second GPU query for a size
+    for entry in getattr(inventory, "gpus", None) or []:
+        if entry.index == gpu:
+            return entry.memory_mib
+    return None
+
+
+def gpu_name(node: Node, gpu: int, printed: str) -> str:
+    """The name nvidia-smi printed in the GPU's block; else the inventory's (NVML or --query-gpu)."""
+    if printed:
+        return printed
+    for entry in query_gpus(node).gpus:
+        if entry.index == gpu:
+            return entry.name
+    return ""
+
+
+def expectation(spec: dict, node: Node, gpu: int, name: str, links: dict) -> Expectation:
+    model = gpu_models.match(name, _memory_mib(node, gpu)) if name else None
+    listed = len(links)
+    if model is not None and model.nvlink_links:
+        derived_links = Threshold(limit=model.nvlink_links, source=(
+            f"GPU model {model.key}: {model.nvlink_links} NVLink links per GPU "
+            f"(verify.judging.gpu_models; {model.source})"))
+    elif model is None and listed:
+        derived_links = Threshold(limit=listed, source=(
+            "derived: the links nvidia-smi lists for this GPU (its model is not in verify.judging.gpu_models)"))
+    else:
+        derived_links = None
+    own_fastest = max((s for s in links.values() if s is not None), default=0.0)
+    if model is not None and model.nvlink_smi_gbps_per_link:
+        derived_speed = Threshold(limit=round(model.nvlink_smi_gbps_per_link * SPEED_TOLERANCE, 3), source=(
+            f"GPU model {model.key}: nvidia-smi shows {model.nvlink_smi_gbps_per_link:g} GB/s per link "
+            "(verify.judging.gpu_models); floor 1% under it"))
+    else:
+        derived_speed = Threshold(limit=own_fastest or 1e-9, source="derived: the fastest link of this GPU")
+    want_links = threshold("nvlink_links_per_gpu", spec, node, derived_links)
+    want_speed = threshold("nvlink_link_gbps", spec, node, derived_speed)
+    return Expectation(want_links, want_speed, model, want_links is not derived_links)
+
+
+def _judged_counters(gpu: int, errors: dict, node: Node) -> tuple:
+    """({link: {name: count judged}}, {link: {name: since driver load}} where a previous run is known)."""
+    previous = ((node.memo.get(PREVIOUS_COUNTERS) or {}).get(f"health.nvlink.{gpu}") or {})
+    judged, since_load = {}, {}
+    for link, named in errors.items():
+        for name, count in named.items():
+            if not any(word in name.lower() for word in JUDGED_COUNTERS):
+                continue
+            before = (previous.get(str(link)) or {}).get(name)
+            if isinstance(before, int) and 0 <= before <= count:
+                judged.setdefault(link, {})[name] = count - before
+                since_load.setdefault(link, {})[name] = count
+            else:
+                judged.setdefault(link, {})[name] = count
+    return judged, since_load
+
+
+def judge_gpu(gpu: int, name: str, links: dict, errors: dict, want: Expectation, ceiling: Threshold,
+              node: Node, all_inactive: bool = False):
     check_id = f"health.nvlink.{gpu}"
+    who = f"GPU {gpu}" + (f" ({name})" if name else "")
     active = {link: speed for link, speed in links.items() if speed is not None}
-    findings = []
-    if len(active) < want_links.limit:
-        down = sorted(set(links) - set(active))
-        findings.append((Status.FAIL, f"{len(active)} of {want_links.limit:.0f} links up"
-                         + (f" (inactive: {', '.join(map(str, down))})" if down else "")))
-    slow = {link: speed for link, speed in active.items() if speed < want_speed.limit}
-    if slow:
-        findings.append((Status.FAIL, "links below " + f"{want_speed.limit:g} GB/s: "
-                         + ", ".join(f"{link} at {speed:g}" for link, speed in sorted(slow.items()))))
-    judged = [(ceiling.judge(count)[0], f"link {link} {name} {count}") for link, named in sorted(errors.items())
-              for name, count in named.items() if any(word in name.lower() for word in JUDGED_COUNTERS)]
-    flagged = [(status, text) for status, text in judged if status is not Status.PASS]
-    if flagged:
-        status = Status.FAIL if any(s is Status.FAIL for s, _ in flagged) else Status.WARN
-        findings.append((status, "errors: " + ", ".join(text for _, text in flagged)))
     details = {"links_gbps": {str(k): v for k, v in sorted(links.items())},
                "errors": {str(k): v for k, v in sorted(errors.items())},
-               "thresholds": {"links": want_links.to_dict(), "speed": want_speed.to_dict(),
+               "thresholds": {"links": want.links.to_dict(), "speed": want.speed.to_dict(),
                               "errors": ceiling.to_dict()}}
-    expected = f">= {want_links.limit:.0f} links at >= {want_speed.limit:g} GB/s"
+    expected = f">= {want.links.limit:.0f} links at >= {want.speed.limit:g} GB/s"
     observed = f"{len(active)} links up"
+    bridged = want.model is not None and want.model.nvlink_optional
+    if bridged and not active and not want.overridden:
+        # A PCIe / NVL card's NVLink exists only with a bridge; none fitted is a build choice, not a fault.
+        return result(check_id, ROLE, Status.PASS, expected, "no NVLink bridge",
+                      f"{who}: no NVLink bridge (its NVLink is optional)", details=details)
+    findings = []  # (status, action, text)
+    link_action = verdicts.DRAIN_RMA if bridged else verdicts.REBOOT
+    if len(active) < want.links.limit:
+        down = sorted(set(links) - set(active))
+        said = f" (inactive: {', '.join(map(str, down))})" if down else ""
+        said = said or (" (all links inactive)" if all_inactive else "")
+        findings.append((Status.FAIL, link_action, f"{len(active)} of {want.links.limit:.0f} links up" + said))
+    elif len(active) < len(links):  # more links listed than the bar asks, some of them down
+        down = sorted(set(links) - set(active))
+        findings.append((Status.FAIL, link_action, f"inactive: {', '.join(map(str, down))}"))
+    slow = {link: speed for link, speed in active.items() if speed < want.speed.limit}
+    if slow:
+        findings.append((Status.FAIL, link_action, "links below " + f"{want.speed.limit:g} GB/s: "
+                         + ", ".join(f"{link} at {speed:g}" for link, speed in sorted(slow.items()))))
+    judged, since_load = _judged_counters(gpu, errors, node)
+    flagged = []
+    for link, named in sorted(judged.items()):
+        for counter, count in named.items():
+            status = ceiling.judge(count)[0]
+            if status is Status.PASS:
+                continue
+            loaded = (since_load.get(link) or {}).get(counter)
+            flagged.append((status, f"link {link} {counter} {count}"
+                            + (f" since the last run ({loaded} since driver load)" if loaded is not None else "")))
+    if flagged:
+        status = Status.FAIL if any(s is Status.FAIL for s, _ in flagged) else Status.WARN
+        # A few errors: reset the GPU when idle and watch (verdicts.RESET_GPU); past the ceiling the link is
+        # failing: drain and restart the baseboard (same NVIDIA guidance as a down link).
+        action = verdicts.REBOOT if status is Status.FAIL else verdicts.RESET_GPU
+        findings.append((status, action, "errors: " + ", ".join(text for _, text in flagged)))
+    if since_load:
+        details["errors_since_last_run"] = {str(k): v for k, v in sorted(judged.items())}
     if not findings:
         return result(check_id, ROLE, Status.PASS, expected, observed, details=details)
     status = Status.FAIL if any(f[0] is Status.FAIL for f in findings) else Status.WARN
-    return result(check_id, ROLE, status, expected, observed, f"GPU {gpu}: " + "; ".join(t for _, t in findings),
-                  details=details, fix=RESET_GPU.format(index=gpu) + " (NVLink: check the baseboard / bridge)")
+    action = verdicts.worst(f[1] for f in findings)
+    details[verdicts.ACTION_KEY] = action
+    part = f"the NVLink bridge of GPU {gpu}" if bridged else f"GPU {gpu}'s NVLink (baseboard)"
+    fix = verdicts.WORDS[action].format(index=gpu, what=part)
+    return result(check_id, ROLE, status, expected, observed, f"{who}: " + "; ".join(f[2] for f in findings),
+                  details=details, fix=fix)
 
 
 def run(spec: dict, node: Node) -> list:
@@ -114,21 +238,27 @@ def run(spec: dict, node: Node) -> list:
         why = "nvidia-smi is not installed" if out.missing else (out.stderr or out.stdout or "failed").strip()[:160]
         return [skip("health.nvlink", ROLE, f"nvidia-smi nvlink -s: {why}")]
     links = parse_status(out.stdout)
-    most = max((sum(s is not None for s in per.values()) for per in links.values()), default=0)
-    want_links = threshold("nvlink_links_per_gpu", spec, node, Threshold(
-        limit=most, source="derived: the most active links any GPU of this node has")) if most else \
-        threshold("nvlink_links_per_gpu", spec, node, None)
-    if want_links is None:
-        return [skip("health.nvlink", ROLE, "no active NVLink on any GPU and no nvlink_links_per_gpu expected")]
     if not links:
-        return [result("health.nvlink", ROLE, Status.FAIL, f">= {want_links.limit:.0f} links per GPU", "none",
+        wanted = threshold("nvlink_links_per_gpu", spec, node, None)
+        if wanted is None:
+            return [skip("health.nvlink", ROLE, "no active NVLink on any GPU and no nvlink_links_per_gpu expected")]
+        return [result("health.nvlink", ROLE, Status.FAIL, f">= {wanted.limit:.0f} links per GPU", "none",
                        f"nvidia-smi reports no NVLink: {out.stdout.strip()[:120]!r}",
-                       fix="drain the node; check the NVLink baseboard / bridges and the fabric manager")]
-    fastest = max((s for per in links.values() for s in per.values() if s is not None), default=0.0)
-    want_speed = threshold("nvlink_link_gbps", spec, node, Threshold(
-        limit=fastest or 1e-9, source="derived: the fastest link of this node"))
+                       details={verdicts.ACTION_KEY: verdicts.REBOOT},
+                       fix=verdicts.WORDS[verdicts.REBOOT])]
+    printed = parse_nvlink_gpu_names(out.stdout)
+    all_inactive = parse_nvlink_all_inactive(out.stdout)
+    judged = []
+    for gpu, per in sorted(links.items()):
+        name = gpu_name(node, gpu, printed.get(gpu, ""))
+        want = expectation(spec, node, gpu, name, per)
+        if want.links is not None:
+            judged.append((gpu, name, per, want))
+    if not judged:
+        return [skip("health.nvlink", ROLE, "no active NVLink on any GPU and no nvlink_links_per_gpu expected")]
     ceiling = threshold("nvlink_error_count", spec, node, DERIVED_ERRORS)
-    errors_out = node.run(ERRORS_ARGV, timeout_s=20.0) if most else None
+    any_active = any(s is not None for _, _, per, _ in judged for s in per.values())
+    errors_out = node.run(ERRORS_ARGV, timeout_s=20.0) if any_active else None
     errors = parse_errors(errors_out.stdout) if errors_out is not None and errors_out.ok else {}
-    return [judge_gpu(gpu, per, errors.get(gpu, {}), want_links, want_speed, ceiling)
-            for gpu, per in sorted(links.items())]
+    return [judge_gpu(gpu, name, per, errors.get(gpu, {}), want, ceiling, node, gpu in all_inactive)
+            for gpu, name, per, want in judged]

@@ -4,7 +4,20 @@ the device and its upstream port both support, from sysfs.
 A GPU at idle may train its link down to save power (Gen1 at idle is normal on many boards), so a
 GPU's generation below the maximum is a WARN that the host-copy benchmark settles under load;
 a narrower width never idles down, so it is a FAIL. HCAs do not idle their links: both are FAILs.
-`link_state` is the one reader, for a benchmark to call again while it copies.
+`link_state` is the one reader, for a benchmark to call again while it copies. A GPU below its maximum
+generation whose driver gives the Idle clock-event reason ("clocks_event_reasons.gpu_idle: Nothing is
+running on the GPU and the clocks are dropping to Idle state", nvidia-smi --help-query-gpu) is PASS: that
+is power management, and the under-load check (the hostcopy benchmark) decides.
+
+The kernel's own notice, printed when a device is probed (drivers/pci/pci.c __pcie_print_link_status):
+"<bdf>: 31.504 Gb/s available PCIe bandwidth, limited by 8.0 GT/s PCIe x4 link at <upstream bdf>
+(capable of 126.016 Gb/s with 8.0 GT/s PCIe x16 link)", names the hop anywhere up the path (a switch
+uplink, a riser) that caps the device, which its own link files cannot show. It is read for NVIDIA GPUs
+and Mellanox / NVIDIA RDMA NICs (sysfs vendor 0x10de / 0x15b3) and is a WARN naming the device and that
+port (action `watch`: the host bandwidth is below what the device can do, which the hostcopy / RDMA
+benchmarks measure). No profile expresses a required PCIe generation today, so it is never a FAIL here.
+The log is read only where a judged device sits under a real PCIe port (its parent has link files): in a
+VM the guest's root ports are emulated and their advertised link is not the hardware's.
 """
 from __future__ import annotations
 
@@ -14,11 +27,20 @@ from typing import Optional
 
 from verify.checks.common import result, skip
 from verify.checks.health_common import RESEAT, ROLE
-from verify.facts.pci import gpu_indices, nvidia_gpus_on_bus, short_bdf
+from verify.facts import health_smi
+from verify.facts.kernel_log import read_kernel_log
+from verify.facts.links import BandwidthNotice, parse_bandwidth_notices
+from verify.facts.pci import driver_reason, gpu_indices, nvidia_gpus_on_bus, short_bdf
+from verify.judging import verdicts
 from verify.node import Node
 from verify.result import Status
 
 GEN_BY_GTS = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
+# The vendors whose links the notice is judged for: NVIDIA GPUs and Mellanox (NVIDIA networking) NICs.
+JUDGED_VENDORS = ("0x10de", "0x15b3")
+IDLE_REASON = 0x1  # clocks_event_reasons.gpu_idle in the clocks_throttle_reasons.active bitmask
+# The kernel log as (text, source): another reader of the run may have put it here; this check puts it
+# here too, so the log is read once per run.
 _SPEED = re.compile(r"^\s*([0-9.]+)\s*GT/s")
 
 
@@ -60,8 +82,9 @@ def _capable(own: Optional[int], upstream: Optional[int]) -> Optional[int]:
     return min(known) if known else None
 
 
-def judge_link(kind: str, name: str, state: dict):
-    """kind 'gpu' or 'hca'; name: how the report names the device."""
+def judge_link(kind: str, name: str, state: dict, idle: bool = False):
+    """kind 'gpu' or 'hca'; name: how the report names the device; idle: the driver reports the GPU's
+    Idle clock-event reason."""
     check_id = f"health.pcie.{kind}.{state['address']}"
     gen, width = state["gen_current"], state["width_current"]
     want_gen = _capable(state["gen_max"], state.get("upstream_gen_max"))
@@ -77,6 +100,11 @@ def judge_link(kind: str, name: str, state: dict):
         return result(check_id, ROLE, Status.FAIL, expected, observed,
                       f"{name}: link trained at x{width} of x{want_width} (lanes lost: slot, riser or card)",
                       details=state, fix=fix)
+    if gen < want_gen and kind == "gpu" and idle:
+        return result(check_id, ROLE, Status.PASS, expected, observed,
+                      f"{name}: link at Gen{gen} of Gen{want_gen} with the Idle clock-event reason: power "
+                      "management; the under-load check (`tunefleet verify --bench hostcopy`) decides",
+                      details=dict(state, idle=True))
     if gen < want_gen and kind == "gpu":
         return result(check_id, ROLE, Status.WARN, expected, observed,
                       f"{name}: link at Gen{gen} of Gen{want_gen} while idle (GPUs lower the rate to save power; "
@@ -103,10 +131,61 @@ def _gpu_name(address: str, indices: dict) -> str:
     return f"GPU {index} ({address})" if index is not None else f"GPU at {address}"
 
 
+def idle_gpus(node: Node) -> set:
+    """Short bus ids of the GPUs whose driver reports the Idle clock-event reason (none without a driver)."""
+    if driver_reason(node):
+        return set()
+    gpus, _ = health_smi.query(node)
+    idle = set()
+    for gpu in gpus:
+        reasons = gpu.text("clocks_throttle_reasons.active") or ""
+        try:
+            if int(reasons, 16) & IDLE_REASON:
+                idle.add(short_bdf(gpu.bus_id))
+        except ValueError:
+            continue
+    return idle
+
+
+def judge_notice(notice: BandwidthNotice, name: str) -> object:
+    check_id = f"health.pcie.bandwidth.{notice.address}"
+    expected = f"{notice.capable_gbits:g} Gb/s ({notice.capable_gts:g} GT/s x{notice.capable_width})"
+    observed = f"{notice.available_gbits:g} Gb/s, limited by {notice.limit_gts:g} GT/s x{notice.limit_width} " \
+               f"at {notice.upstream}"
+    details = {"address": notice.address, "upstream": notice.upstream, "available_gbits": notice.available_gbits,
+               "capable_gbits": notice.capable_gbits, "kernel_line": notice.line,
+               verdicts.ACTION_KEY: verdicts.WATCH}
+    return result(check_id, ROLE, Status.WARN, expected, observed,
+                  f"{name}: the kernel reports {notice.available_gbits:g} of {notice.capable_gbits:g} Gb/s available, "
+                  f"limited by the {notice.limit_gts:g} GT/s x{notice.limit_width} link at {notice.upstream}",
+                  details=details,
+                  fix=f"{verdicts.WORDS[verdicts.WATCH]}; measure it (`tunefleet verify --bench hostcopy`); "
+                      "if it is low, " + RESEAT.format(what=f"the link at {notice.upstream}"))
+
+
+def bandwidth_notices(node: Node, names: dict) -> list:
+    """One WARN per judged device the kernel says is capped by a link up its path. names: address -> name."""
+    log, _ = read_kernel_log(node)
+    if not log:
+        return []
+    found = []
+    for address, notice in sorted(parse_bandwidth_notices(log).items()):
+        vendor = (node.read_value(f"/sys/bus/pci/devices/{address}/vendor") or "").lower()
+        if vendor not in JUDGED_VENDORS:
+            continue  # another device's link (a bridge, a storage controller): not this check's
+        found.append(judge_notice(notice, names.get(address, f"device {address}")))
+    return found
+
+
 def run(spec: dict, node: Node) -> list:
     indices = gpu_indices(node)
     devices = [("gpu", _gpu_name(address, indices), address) for address in nvidia_gpus_on_bus(node)]
     devices += [("hca", f"HCA {device} ({address})", address) for device, address in hcas(node)]
     if not devices:
         return [skip("health.pcie", ROLE, "no NVIDIA GPU and no RDMA HCA on the PCI bus")]
-    return [judge_link(kind, name, link_state(node, address)) for kind, name, address in devices]
+    idle = idle_gpus(node) if indices else set()
+    states = [(kind, name, link_state(node, address)) for kind, name, address in devices]
+    results = [judge_link(kind, name, state, short_bdf(state["address"]) in idle) for kind, name, state in states]
+    if not any(state.get("upstream") for _, _, state in states):
+        return results  # no real PCIe port above any device (a VM): the kernel's notice would name emulated links
+    return results + bandwidth_notices(node, {state["address"]: name for _, name, state in states})

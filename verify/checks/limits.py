@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from verify.checks.common import result, role_disabled, section, skip
+from verify.kernel_rules import AT_LEAST, direction_of
 from verify.node import Node
 from verify.result import Status
 
@@ -105,9 +106,19 @@ def show(value: object) -> str:
     return "not set" if value is None else str(value)
 
 
+def at_or_above(value: object, expected: object) -> bool:
+    """A limit that gives at least what the desired state asks (unlimited is above every number)."""
+    if value in (expected, INFINITY):
+        return True
+    return expected != INFINITY and isinstance(value, int) and value > expected
+
+
 def judge_login(item: str, expected: object, users: Limit, root: Limit, probe: Optional[str],
                 who: str = "users (*)"):
+    """Every subject's soft limit equals the desired one, or is above it where the rules call the
+    limit at_least (kernel_rules.DIRECTIONS: a node's higher limit is kept, never lowered)."""
     check_id = f"limits.login.{item}"
+    raised = direction_of(f"limits.{item}") == AT_LEAST
     observed = {who: show(users.soft), "root": show(root.soft)}
     details = {"users_hard": show(users.hard), "root_hard": show(root.hard)}
     if probe is not None:
@@ -115,14 +126,18 @@ def judge_login(item: str, expected: object, users: Limit, root: Limit, probe: O
     subjects = ((who, users), ("root", root))
     unset = [who for who, limit in subjects if limit.soft is None]
     problems = [f"no limits.conf(.d) entry sets {item} for {' or '.join(unset)}"] if unset else []
+    kept = []
     for who, limit in subjects:
-        if limit.soft is not None and limit.soft != expected:
+        if limit.soft is not None and limit.soft != expected and not (raised and at_or_above(limit.soft, expected)):
             problems.append(f"{who} get soft {item} {show(limit.soft)}")
         elif limit.soft is not None and limit.hard not in (None, INFINITY) and \
                 (expected == INFINITY or limit.hard < expected):
             problems.append(f"{who} get hard {item} {show(limit.hard)} below the soft limit")
+        elif limit.soft is not None and limit.soft != expected:
+            kept.append(f"{who} {show(limit.soft)}")
     if not problems:
-        return result(check_id, ROLE, Status.PASS, expected, observed, details=details)
+        reason = (f"{', '.join(kept)} is above the recommended {expected}: kept" if kept else "")
+        return result(check_id, ROLE, Status.PASS, expected, observed, reason, details=details)
     return result(check_id, ROLE, Status.FAIL, expected, observed,
                   f"a new login session: {'; '.join(problems)} (desired: {expected})", f"limits_{item}", details)
 
@@ -220,6 +235,10 @@ def judge_systemd(key: str, expected: object, configured: object, running: objec
     observed = {"configured": show(configured)}
     if running is not None:
         observed["running manager"] = show(running)
+    if direction_of(f"limits.{key}") == AT_LEAST and configured is not None and configured != expected \
+            and at_or_above(configured, expected) and running in (None, configured):
+        return result(check_id, ROLE, Status.PASS, expected, observed,
+                      f"{show(configured)} is above the recommended {expected}: kept")
     if configured != expected and not (configured is None and running == expected):
         setting = f"DefaultLimit{key.split('_')[1].upper()}"
         found = f"sets {setting}={configured}" if configured is not None else f"does not set {setting}"

@@ -2,7 +2,8 @@
 
 Read once per run through the Node (memoised in node.memo) so the quick-set choice, the auto
 profile and the physical peaks all see the same facts. Every read is best effort: an unknown
-link is None, never an exception.
+link is None, never an exception; what could not be read is said in `gpu_reason` / `nvlink_reason`
+(issue 27: the benchmark phase must not end on an `nvidia-smi nvlink --status` it cannot parse).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 from verify.facts.gpu_query import query_gpus
-from verify.facts.links import discover_ports, parse_nvlink_status
+from verify.facts.links import LinkParseError, discover_ports, parse_nvlink_status
 from verify.judging import peaks
 from verify.runner import which
 
@@ -49,6 +50,7 @@ class Hardware:
     hcas: list = field(default_factory=list)
     perftest: bool = False  # ib_write_bw on PATH
     gpu_reason: str = ""  # why no GPU is listed
+    nvlink_reason: str = ""  # why the NVLinks are unknown (then 0 links means "unread", not "none")
 
     @property
     def active_hcas(self) -> list:
@@ -73,10 +75,13 @@ class Hardware:
             names = sorted({g.name for g in self.gpus})
             parts = [f"{len(self.gpus)}x {' + '.join(names)}"]
             first = self.gpus[0]
-            parts.append(
-                f"NVLink {first.nvlink_links} links ({first.nvlink_gbps:.1f} GB/s) per GPU"
-                if first.nvlink_links else "no NVLink"
-            )
+            if self.nvlink_reason:
+                parts.append(f"NVLink unknown ({self.nvlink_reason})")
+            else:
+                parts.append(
+                    f"NVLink {first.nvlink_links} links ({first.nvlink_gbps:.1f} GB/s) per GPU"
+                    if first.nvlink_links else "no NVLink"
+                )
             if first.pcie_gen_max:
                 parts.append(f"PCIe Gen{first.pcie_gen_max} x{first.pcie_width_max}")
         active = self.active_hcas
@@ -93,6 +98,7 @@ class Hardware:
             "hcas": [asdict(h) for h in self.hcas],
             "perftest": self.perftest,
             "gpu_reason": self.gpu_reason,
+            "nvlink_reason": self.nvlink_reason,
             "summary": self.describe(),
         }
 
@@ -125,8 +131,29 @@ def _hcas(node) -> list:
     return [Hca(p.device, p.port, p.rate_gbits, p.link_layer, p.active) for p in discover_ports(node.root)]
 
 
+def read_nvlinks(node, found: Hardware) -> None:
+    """Each GPU's active NVLinks from `nvidia-smi nvlink --status`; what cannot be read is nvlink_reason."""
+    out = node.run(["nvidia-smi", "nvlink", "--status"], timeout_s=30)
+    if out.missing:
+        found.nvlink_reason = "nvidia-smi is not installed"
+        return
+    if not out.ok:
+        message = (out.stderr.strip() or out.stdout.strip() or f"exit {out.returncode}").splitlines()[0]
+        found.nvlink_reason = f"nvidia-smi nvlink --status failed: {message[:160]}"
+        return
+    try:
+        links = parse_nvlink_status(out.stdout)
+    except LinkParseError as exc:
+        found.nvlink_reason = str(exc)
+        return
+    for gpu in found.gpus:
+        speeds = links.get(gpu.index) or []
+        gpu.nvlink_links, gpu.nvlink_gbps = len(speeds), peaks.nvlink_gbps(speeds)
+
+
 def detect(node) -> Hardware:
-    """The node's benchmark-relevant hardware (memoised for the run)."""
+    """The node's benchmark-relevant hardware (memoised for the run). Total: a read that fails is a
+    reason in the result, never an exception."""
     if MEMO_KEY in node.memo:
         return node.memo[MEMO_KEY]
     found = Hardware()
@@ -137,14 +164,16 @@ def detect(node) -> Hardware:
     except ValueError as exc:
         found.gpu_reason = str(exc)
     if found.gpus and node.is_live:
-        out = node.run(["nvidia-smi", "nvlink", "--status"], timeout_s=30)
-        links = parse_nvlink_status(out.stdout) if out.ok else {}
-        for gpu in found.gpus:
-            speeds = links.get(gpu.index) or []
-            gpu.nvlink_links, gpu.nvlink_gbps = len(speeds), peaks.nvlink_gbps(speeds)
+        read_nvlinks(node, found)
     for gpu in found.gpus:
-        read_pcie(node, gpu)
-    found.hcas = _hcas(node)
+        try:
+            read_pcie(node, gpu)
+        except (OSError, ValueError):
+            gpu.pcie_gen = gpu.pcie_width = gpu.pcie_gen_max = gpu.pcie_width_max = None  # unknown link
+    try:
+        found.hcas = _hcas(node)
+    except (OSError, ValueError):
+        found.hcas = []
     found.perftest = which("ib_write_bw", node.root) is not None
     node.memo[MEMO_KEY] = found
     return found

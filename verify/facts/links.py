@@ -77,3 +77,75 @@ def parse_nvlink_status(text: str) -> dict:
         elif speed is None and re.match(r"^\s+Link\s+\d+:\s+[^<\s]*\s+GB/s", line) and gpu is not None:
             raise LinkParseError(f"nvidia-smi nvlink --status line {number}: unreadable speed: {line.strip()[:80]!r}")
     return links
+
+
+# `nvidia-smi nvlink -s` heads each GPU's block with "GPU 0: NVIDIA A100-SXM4-80GB (UUID: GPU-...)": the
+# name the GPU model table matches. A GPU whose every link is down prints no Link line but NVML's message
+# "Unable to retrieve NVLink information as all links are inActive" (spelled so by the driver: see
+# tests/fixtures/node/health/public/README.md).
+_NVLINK_GPU_HEAD = re.compile(r"^GPU\s+(\d{1,6}):\s*(.*?)\s*(?:\(UUID:[^)]*\))?\s*$", re.ASCII)
+_ALL_INACTIVE = re.compile(r"all links are inactive", re.IGNORECASE)
+
+
+def parse_nvlink_gpu_names(text: str) -> dict:
+    """`nvidia-smi nvlink -s` -> {GPU index: the GPU's name as printed} ('' where none is printed)."""
+    names: dict = {}
+    for line in text.splitlines():
+        head = _NVLINK_GPU_HEAD.match(line)
+        if head:
+            names[int(head.group(1))] = head.group(2)
+    return names
+
+
+def parse_nvlink_all_inactive(text: str) -> set:
+    """GPU indices whose block says that all its links are inactive (NVML prints no Link line then)."""
+    gpus: set = set()
+    gpu = None
+    for line in text.splitlines():
+        head = _NVLINK_GPU_HEAD.match(line)
+        if head:
+            gpu = int(head.group(1))
+        elif gpu is not None and _ALL_INACTIVE.search(line):
+            gpus.add(gpu)
+    return gpus
+
+
+@dataclass(frozen=True)
+class BandwidthNotice:
+    """The kernel's pcie_print_link_status() notice that a link up the path caps a device's bandwidth."""
+    address: str
+    available_gbits: float
+    limit_gts: float
+    limit_width: int
+    upstream: str
+    capable_gbits: float
+    capable_gts: float
+    capable_width: int
+    line: str
+
+
+_BDF = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]"
+# drivers/pci/pci.c __pcie_print_link_status(): "%u.%03u Gb/s available PCIe bandwidth, limited by %s x%d
+# link at %s (capable of %u.%03u Gb/s with %s x%d link)"; the speed string is "16.0 GT/s PCIe" since Linux
+# 5.x and "16 GT/s" before (both are in the public fixtures).
+_NOTICE = re.compile(
+    r"(?P<address>" + _BDF + r"): (?P<available>\d{1,6}\.\d{1,3}) Gb/s available PCIe bandwidth, limited by "
+    r"(?P<gts>\d{1,3}(?:\.\d{1,2})?) GT/s(?: PCIe)? x(?P<width>\d{1,2}) link at (?P<upstream>" + _BDF + r") "
+    r"\(capable of (?P<capable>\d{1,6}\.\d{1,3}) Gb/s with (?P<cgts>\d{1,3}(?:\.\d{1,2})?) GT/s(?: PCIe)? "
+    r"x(?P<cwidth>\d{1,2}) link\)", re.ASCII)
+
+
+def parse_bandwidth_notices(log: str) -> dict:
+    """Kernel log text -> {PCI address (lower case): the LAST 'limited by' notice for it} (a device
+    re-probed, e.g. after a driver reload, prints it again; the last one is today's link)."""
+    found: dict = {}
+    for line in log.splitlines():
+        match = _NOTICE.search(line)
+        if not match:
+            continue
+        address = match.group("address").lower()
+        found[address] = BandwidthNotice(
+            address, float(match.group("available")), float(match.group("gts")), int(match.group("width")),
+            match.group("upstream").lower(), float(match.group("capable")), float(match.group("cgts")),
+            int(match.group("cwidth")), line.strip()[:300])
+    return found

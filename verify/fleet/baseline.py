@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from verify import __version__
-from verify.bounded_load import BoundedLoadError, load_json_bounded
+from verify.bounded_load import BoundedLoadError, finite_number, load_json_bounded
 from verify.fleet.baseline_rules import DEFAULT_RULES, Rule
 from verify.result import CheckResult, Status
 from verify.stats.outliers import _higher_is_better, _unit, median, numeric_observation
@@ -148,9 +148,8 @@ def validate(data: Any, origin: str) -> dict:
                 value = entry.get(key)
                 if value is None and key not in ("median", "mad"):
                     continue  # written by every tunefleet baseline, but only the median is needed to judge
-                if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-                        or value < 0:
-                    raise BaselineError(f"{where}.{key}: {value!r} is not a finite, non-negative number")
+                if finite_number(value) is None or value < 0:  # finite_number: a 400-digit integer too
+                    raise BaselineError(f"{where}.{key}: {repr(value)[:40]} is not a finite, non-negative number")
             if not isinstance(entry.get("unit", ""), str):
                 raise BaselineError(f"{where}.unit must be text")
             if not isinstance(entry.get("higher_is_better", True), bool):

@@ -6,13 +6,13 @@ all-reduce). A file that cannot be read costs that file only; the rest of the fl
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from verify.bounded_load import MAX_BYTES, BoundedLoadError, loads_json_bytes_bounded
 from verify.fleet.baseline import hardware_of
 from verify.result import CheckResult, Status
 from verify.stats.outliers import MEASUREMENT_ROLES
@@ -27,6 +27,8 @@ BASELINE_NAME = "fleet_baseline.json"  # `tunefleet baseline`'s default output (
 FLEET_OUTPUT_NAMES = frozenset({"fleet_report.json", ADDRESSES_NAME, REGRESSIONS_NAME, BASELINE_NAME})
 PARALLEL_FROM = 2000
 CLEAN = frozenset({Status.PASS.value, Status.SKIP.value})
+STATUS_VALUES = frozenset(s.value for s in Status)
+TEXT_FIELDS = ("role", "reason", "remediation")  # text when present (null reads as "")
 
 
 @dataclass
@@ -41,6 +43,7 @@ class NodeReport:
     versions: dict = field(default_factory=dict)  # flattened version facts (outliers.versions_of)
     source: str = ""
     hardware: str = ""  # the profile it is judged against in a fleet baseline (verify.fleet.baseline)
+    damaged: list = field(default_factory=list)  # LoadError per record skipped (it names the field)
 
     def add(self, result: CheckResult) -> None:
         self.statuses[result.check_id] = result.status.value
@@ -49,11 +52,19 @@ class NodeReport:
 
 @dataclass
 class LoadError:
+    """A file that could not be read (field empty), or one damaged record of it that was skipped while
+    the rest of the file was read (field names it: 'results[3].status', 'regressions[0].host')."""
+
     path: str
     message: str
+    field: str = ""
 
     def to_dict(self) -> dict:
-        return {"path": self.path, "message": self.message}
+        return {"path": self.path, "message": self.message, **({"field": self.field} if self.field else {})}
+
+    def describe(self) -> str:
+        return f"{self.path}: {self.field}: {self.message} (record skipped)" if self.field \
+            else f"{self.path}: {self.message}"
 
 
 class ReportFormatError(ValueError):
@@ -74,23 +85,37 @@ def parse_node_report(data: Any, origin: str, fallback_host: str = "") -> NodeRe
     node = NodeReport(host=host, results=[], versions=fleet_versions(facts), source=origin,
                       hardware=hardware_of(data, facts))
     for index, item in enumerate(raw_results):
-        _take_result(node, item, index)
+        try:
+            _take_result(node, item, index)
+        except DamagedRecord as exc:
+            node.damaged.append(LoadError(origin, exc.message, exc.field))
+    if raw_results and len(node.damaged) == len(raw_results):
+        # Not one result readable: this is no node report, and the host is not listed as clean.
+        raise ReportFormatError(node.damaged[0].message)
     return node
 
 
-def parse_crossnode(data: Any) -> list:
-    """A crossnode file is a list of CheckResult dicts, or {"results": [...]}."""
+def parse_crossnode(data: Any, damaged: Optional[list] = None, origin: str = "") -> list:
+    """A crossnode file is a list of CheckResult dicts, or {"results": [...]}. A damaged result is
+    skipped and, with `damaged` given, recorded there as a LoadError naming its field."""
     if isinstance(data, dict):
         data = data.get("results")
     if not isinstance(data, list):
         raise ReportFormatError("a cross-node file must hold a list of results")
-    return [_parse_result(item, index) for index, item in enumerate(data)]
+    results = []
+    for index, item in enumerate(data):
+        try:
+            results.append(_parse_result(item, index))
+        except DamagedRecord as exc:
+            if damaged is not None:
+                damaged.append(LoadError(origin, exc.message, exc.field))
+    return results
 
 
 def _take_result(node: NodeReport, item: Any, index: int) -> None:
     """Record one raw result: its status always, the whole result only when it will be read."""
-    if isinstance(item, dict) and item.get("status") in CLEAN and isinstance(item.get("check_id"), str) \
-            and not _is_measurement(item):
+    if isinstance(item, dict) and isinstance(item.get("status"), str) and item["status"] in CLEAN \
+            and isinstance(item.get("check_id"), str) and item["check_id"] and not _is_measurement(item):
         node.statuses[item["check_id"]] = item["status"]
         return
     node.add(_parse_result(item, index))
@@ -100,7 +125,8 @@ def _is_measurement(item: dict) -> bool:
     details = item.get("details")
     if isinstance(details, dict) and ("value" in details or "curve" in details or "busbw_gbps" in details):
         return True
-    return item.get("role") in MEASUREMENT_ROLES
+    role = item.get("role")
+    return isinstance(role, str) and role in MEASUREMENT_ROLES
 
 
 def load_fleet_dir(directory: str, workers: Optional[int] = None) -> tuple:
@@ -143,7 +169,7 @@ def load_fleet_dir_for(command: str, directory: str, note: str = "") -> Optional
         print(f"{command}: {exc}", file=sys.stderr)
         return None
     for error in errors:
-        print(f"{command}: {error.path}: {error.message}{note}", file=sys.stderr)
+        print(f"{command}: WARN {error.describe()}{note}", file=sys.stderr)
     if not nodes:
         print(f"{command}: no readable node report under {directory}", file=sys.stderr)
         return None
@@ -160,6 +186,8 @@ def _load_paths(paths: list, root: Path) -> list:
         except (OSError, ValueError) as exc:
             out.append(LoadError(str(path), _describe(exc)))
             continue
+        out.extend(node.damaged)
+        node.damaged = []  # said once, as load errors
         if path.name == NODE_REPORT_NAME and path.parent.parent == root:
             # <run>/<inventory name>/report.json: the name the operator, the pairing and the
             # address map use, even where the node's own hostname differs.
@@ -183,59 +211,74 @@ def _attach_crossnode(node: NodeReport, host_dir: Optional[Path], errors: list) 
         return
     for path in sorted(host_dir.glob(CROSSNODE_GLOB)):
         try:
-            for result in parse_crossnode(_read_json(path)):
+            for result in parse_crossnode(_read_json(path), errors, str(path)):
                 node.add(result)
         except (OSError, ValueError) as exc:
             errors.append(LoadError(str(path), _describe(exc)))
 
 
 def _read_json(path: Path) -> Any:
-    return json_loads(path.read_bytes())
+    # The caller names the path once (LoadError.path): the message says what, not where.
+    with open(path, "rb") as handle:
+        return json_loads(handle.read(MAX_BYTES + 1), "node report")
 
 
-def json_loads(data: bytes) -> Any:
-    """orjson when the controller has it (decoding is most of a 10,000-host report's time),
-    else the standard library; both raise ValueError subclasses on bad input."""
-    try:
-        import orjson
-    except ImportError:
-        return _std_json_loads(data)
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        if isinstance(exc.__cause__, UnicodeDecodeError) or "utf-8" in str(exc).lower():
-            raise ValueError("not UTF-8 text") from None
-        # NaN and integers beyond 64 bits are valid for the standard library; its message names
-        # the line and column of what is not.
-        return _std_json_loads(data)
-
-
-def _std_json_loads(data: bytes) -> Any:
-    try:
-        return json.loads(data)
-    except RecursionError:  # nesting orjson refused (over 1024 levels) and json cannot follow either
-        raise ReportFormatError("nested too deeply to be a node report") from None
+def json_loads(data: bytes, origin: str = "file") -> Any:
+    """A file tunefleet wrote, decoded through the bounded loader (size and depth refused by name);
+    BoundedLoadError, a ValueError, on bad input."""
+    if len(data) > MAX_BYTES:
+        raise BoundedLoadError(f"{origin} is larger than {MAX_BYTES} bytes: refused")
+    return loads_json_bytes_bounded(data, origin)
 
 
 def _describe(exc: BaseException) -> str:
-    if isinstance(exc, json.JSONDecodeError):
-        return f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
-    if isinstance(exc, UnicodeDecodeError):
-        return "not UTF-8 text"
     if isinstance(exc, OSError):
         return f"cannot read: {exc.strerror or exc}"
     return str(exc)
 
 
+class DamagedRecord(ReportFormatError):
+    """One result of a file is not a result; field names where ('results[3].status')."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+        self.message = message
+
+
 def _parse_result(item: Any, index: int) -> CheckResult:
+    """One result, its shape checked field by field (DamagedRecord naming the first wrong one)."""
+    where = f"results[{index}]"
     if not isinstance(item, dict):
-        raise ReportFormatError(f"results[{index}] is not an object")
+        raise DamagedRecord(where, f"{where} is not an object")
+    check_id = item.get("check_id")
+    if "check_id" not in item:
+        raise DamagedRecord(f"{where}.check_id", f"{where} has no 'check_id'")
+    if not isinstance(check_id, str) or not check_id:
+        raise DamagedRecord(f"{where}.check_id", f"{where}: check_id {_short(check_id)} is not a name")
+    named = f"{where} ({check_id[:80]})"
+    status = item.get("status")
+    if "status" not in item:
+        raise DamagedRecord(f"{where}.status", f"{named} has no 'status'")
+    if not isinstance(status, str) or status not in STATUS_VALUES:
+        raise DamagedRecord(f"{where}.status", f"{named}: status {_short(status)} is not one of "
+                                               f"{', '.join(sorted(STATUS_VALUES))}")
+    for key in TEXT_FIELDS:
+        if not isinstance(item.get(key, ""), (str, type(None))):
+            raise DamagedRecord(f"{where}.{key}", f"{named}: {key} {_short(item[key])} is not text")
+    if not isinstance(item.get("details") or {}, dict):
+        raise DamagedRecord(f"{where}.details", f"{named}: details must be an object, got "
+                                                f"{type(item['details']).__name__}")
+    return CheckResult.from_dict(item)
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    """repr of a damaged value, cut (a 400-digit integer or a deep object names itself in a line)."""
     try:
-        return CheckResult.from_dict(item)
-    except KeyError as exc:
-        raise ReportFormatError(f"results[{index}] has no {exc.args[0]!r}") from exc
-    except (ValueError, TypeError) as exc:
-        raise ReportFormatError(f"results[{index}] ({item.get('check_id', '?')}): {exc}") from exc
+        text = repr(value)
+    except ValueError:  # an integer past the interpreter's digit limit
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _host_name(data: dict, facts: dict) -> str:

@@ -7,6 +7,8 @@ writes a crossnode result. The timing loop is verify.bench.torch_allreduce.allre
 (same sweep, CUDA-event timing on GPUs, slowest rank counts); the judging is verify.bench.nccl.judge
 with the inter-node floor `nccl_allreduce_internode_busbw_gbps` of the profile the node's own verify
 uses (the desired state's verify_profile, "auto" included), so one yardstick serves one node and many.
+The figure is always bounded by the inter-node rail: 2 x the first host's RDMA port rates
+(verify.judging.peaks.internode_busbw_bound says why), so a busbw no rail can carry is ERROR.
 
 Only the first host (node rank 0) holds the measurement and its verdict; every other host records
 that it took part, or why its ranks failed.
@@ -88,10 +90,29 @@ def worker(args: argparse.Namespace) -> int:
     return 0
 
 
+def rail_bound(root: str = "/"):
+    """The inter-node rail's busbw bound from this node's active RDMA ports (verify.judging.peaks)."""
+    from verify.facts.links import discover_ports
+    from verify.judging.peaks import internode_busbw_bound
+
+    return internode_busbw_bound([p.rate_gbits for p in discover_ports(root) if p.active])
+
+
+def measurement_schema() -> dict:
+    """What the worker writes (rank 0): the torch engine's rows (verify.bench.torch_allreduce)."""
+    from verify.bench.common import ListOf, Maybe
+    from verify.bench.torch_allreduce import ROW_SCHEMA
+
+    return {"world_size": int, "rows": ListOf(ROW_SCHEMA), "backend": Maybe(str), "timing": Maybe(str)}
+
+
 def judge_run(payload: Optional[dict], returncode: Optional[int], output_tail: str, args: argparse.Namespace,
-              spec: Optional[dict], profile: Optional[dict] = None) -> dict:
+              spec: Optional[dict], profile: Optional[dict] = None, rail=None) -> dict:
     """The crossnode result (a CheckResult dict) for this host, judged against the inter-node floor
-    (the desired state's verify_thresholds, else `profile`'s)."""
+    (the desired state's verify_thresholds, else `profile`'s) and bounded by `rail` (a Peak; None:
+    this node's RDMA ports, rail_bound). A malformed measurement is one ERROR naming the field;
+    malformed rows are dropped (payload_error_record says which) and the others judged."""
+    from verify.bench.common import checked_payload, payload_error
     from verify.bench.common import result as bench_result
     from verify.result import Status
 
@@ -106,6 +127,11 @@ def judge_run(payload: Optional[dict], returncode: Optional[int], output_tail: s
     if payload is None:
         return _as_fleet(bench_result(CHECK_ID, Status.ERROR, "the all-reduce finished without a measurement",
                                       remediation=REMEDIATION, details={"output_tail": output_tail}))
+    payload, malformed = checked_payload(payload, measurement_schema())
+    if payload is None:
+        error = payload_error(CHECK_ID, f"the {args.nnodes}-node all-reduce", malformed)
+        error.remediation = REMEDIATION
+        return _as_fleet(error)
     from verify.bench.nccl import Measurement, NcclOptions, judge
     from verify.bench.nccl_parse import CurvePoint, NcclTransport
 
@@ -113,19 +139,35 @@ def judge_run(payload: Optional[dict], returncode: Optional[int], output_tail: s
                          r["busbw_gbps"], r["wrong"]) for r in payload["rows"]]
     wrong = [p.size_bytes for p in points if p.wrong]
     problems = [f"wrong all-reduce results at sizes {wrong[:4]}"] if wrong else []
-    measurement = Measurement("torch", points, int(payload.get("world_size", 0)), NcclTransport(), problems,
-                              {"backend": payload.get("backend"), "torch": payload.get("torch")})
+    measurement = Measurement("torch", points, payload["world_size"], NcclTransport(), problems,
+                              {"backend": payload.get("backend"), "torch": payload.get("torch")}, malformed)
     from verify.profiles import resolve_threshold
 
     threshold = resolve_threshold(THRESHOLD_KEY, profile, spec)
     opts = NcclOptions(backend=args.backend, allow_socket=args.backend == "gloo")
-    judged = judge(measurement, expected_ranks, threshold, opts, nvls_expected=None)
+    judged = judge(measurement, expected_ranks, threshold, opts, nvls_expected=None,
+                   peak=rail if rail is not None else rail_bound())
     judged.details.update({"nodes": args.nnodes, "launcher": args.launcher, "backend": args.backend,
                            "value": judged.observed, "unit": "GB/s", "profile": (profile or {}).get("name"),
                            "timing": payload.get("timing")})
     if judged.status != Status.PASS:
         judged.remediation = REMEDIATION  # across nodes the NICs and switches are the suspects, not NVLink
     return _as_fleet(judged)
+
+
+def payload_error_record(payload: Optional[dict], args: argparse.Namespace) -> Optional[dict]:
+    """The ERROR record naming malformed rows the judged record left out, None when there are none
+    (a measurement with nothing judgeable is already judge_run's own ERROR)."""
+    if payload is None or args.node_rank != 0:
+        return None
+    from verify.bench.common import checked_payload, payload_error
+
+    kept, malformed = checked_payload(payload, measurement_schema())
+    if kept is None or not malformed:
+        return None
+    record = _as_fleet(payload_error(CHECK_ID, f"the {args.nnodes}-node all-reduce", malformed))
+    record["check_id"] = f"{CHECK_ID}.payload"
+    return record
 
 
 def verdict(payload: Optional[dict], returncode: Optional[int], output_tail: str, args: argparse.Namespace,
@@ -199,9 +241,10 @@ def launch(args: argparse.Namespace) -> int:
         payload = _read_json(args.result_file) if args.node_rank == 0 else None
     spec = _read_json(args.spec) if args.spec else None
     record = verdict(payload, returncode, output, args, spec)
+    records = [record] + [r for r in [payload_error_record(payload, args)] if r]
     from verify.safe_io import write_file_atomic  # runs as root on the node
 
-    write_file_atomic(args.out, json.dumps([record], indent=1))
+    write_file_atomic(args.out, json.dumps(records, indent=1))
     print(f"{record['status']}: {record['reason']}")
     return 0
 
@@ -210,7 +253,7 @@ def _read_json(path: str) -> Optional[dict]:
     try:
         with open(path, encoding="utf-8") as handle:
             return json.load(handle)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # deep nesting recurses; the schema check judges the rest
         return None
 
 

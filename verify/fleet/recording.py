@@ -56,6 +56,8 @@ def finish_fleet(prepared: RunHistory, run_dir: str, write=print, node=None) -> 
     """After a fleet run: record it and rebuild its fleet report with the regressions, then act on
     each host's verdict from the controller (--on-fail/--on-pass; the node name is the inventory's)."""
     report_path = os.path.join(run_dir, "fleet_report.json")
+    if prepared.problem:  # the history could not be opened for writing here: said once, the run goes on
+        write(f"tunefleet verify: history not recorded: {prepared.problem}")
     try:
         document = record_fleet(prepared, run_dir)
     except (HistoryError, OSError) as exc:

@@ -11,6 +11,7 @@ from xml.sax.saxutils import escape as xml_escape
 from xml.sax.saxutils import quoteattr
 
 from verify import __version__
+from verify.bounded_load import MAX_BYTES, BoundedLoadError, finite_number, loads_json_bytes_bounded, read_bounded
 from verify.fleet.model import load_fleet_dir, load_fleet_dir_for
 from verify.fleet.summary import FleetSummary, build_summary
 from verify.report import plots
@@ -45,9 +46,14 @@ def main(args) -> int:
     if loaded is None:
         return 2
     nodes, errors = loaded
-    summary = build_summary(nodes, errors, read_addresses(Path(args.directory), errors),
+    side_errors: list = []
+    addresses = read_addresses(Path(args.directory), side_errors)
+    regressions = read_regressions(Path(args.directory), side_errors)
+    for error in side_errors:
+        print(f"tunefleet report: WARN {error.describe()}", file=sys.stderr)
+    summary = build_summary(nodes, errors + side_errors, addresses,
                             baseline_findings=judge(nodes, *judging) if judging else None)
-    summary.regressions = read_regressions(Path(args.directory), errors)
+    summary.regressions = regressions
     out_dir = Path(args.out or args.directory)
     try:
         written = write_reports(summary, out_dir, formats, title=f"tunefleet fleet report: {Path(args.directory).name}",
@@ -62,39 +68,78 @@ def main(args) -> int:
 
 
 def read_addresses(directory: Path, errors: list) -> dict:
-    """host -> addresses, written by playbooks/verify.yml; {} when absent (a hand-collected DIR)."""
+    """host -> addresses, written by playbooks/verify.yml; {} when absent (a hand-collected DIR).
+    A host whose entry is not a list of addresses is left out (its path MTU failures are not blamed)."""
     from verify.fleet.model import ADDRESSES_NAME, LoadError
 
     path = directory / ADDRESSES_NAME
-    if not path.is_file():
+    data = _side_file(path, errors, "path MTU failures are not attributed")
+    if data is None:
         return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        errors.append(LoadError(str(path), f"unreadable, path MTU failures are not attributed: {exc}"))
-        return {}
-    if not isinstance(data, dict) or not all(isinstance(v, list) for v in data.values()):
+    if not isinstance(data, dict):
         errors.append(LoadError(str(path), "must map each host to a list of addresses"))
         return {}
-    return {str(host): [str(a) for a in addrs] for host, addrs in data.items()}
+    addresses = {}
+    for host, addrs in data.items():
+        if not isinstance(addrs, list) or not all(isinstance(a, str) for a in addrs):
+            errors.append(LoadError(str(path), f"must be a list of addresses, got {_kind(addrs)}", str(host)))
+            continue
+        addresses[str(host)] = list(addrs)
+    return addresses
+
+
+# What the fleet report reads of each regression and config drift entry (verify.history.regress to_dict).
+REGRESSION_TEXT = ("host", "reason")
 
 
 def read_regressions(directory: Path, errors: list) -> dict:
-    """The run's regressions against each host's own history (verify.history), {} when none were recorded."""
+    """The run's regressions against each host's own history (verify.history), {} when none were recorded.
+    An entry without a host and a reason is left out; the rest are listed."""
     from verify.fleet.model import REGRESSIONS_NAME, LoadError
 
     path = directory / REGRESSIONS_NAME
-    if not path.is_file():
-        return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError) as exc:  # RecursionError: a file nested too deeply
-        errors.append(LoadError(str(path), f"unreadable, regressions not listed: {str(exc)[:200]}"))
+    data = _side_file(path, errors, "regressions not listed")
+    if data is None:
         return {}
     if not isinstance(data, dict) or not all(isinstance(data.get(k), list) for k in ("regressions", "drift")):
         errors.append(LoadError(str(path), "must hold 'regressions' and 'drift' lists"))
         return {}
-    return data
+    out: dict = {"regressions": [], "drift": []}
+    for section in ("regressions", "drift"):
+        for index, entry in enumerate(data[section]):
+            where = f"{section}[{index}]"
+            if not isinstance(entry, dict):
+                errors.append(LoadError(str(path), f"must be an object, got {_kind(entry)}", where))
+                continue
+            wrong = next((k for k in REGRESSION_TEXT if not isinstance(entry.get(k), str)), None)
+            if wrong:
+                errors.append(LoadError(str(path), f"must be text, got {_kind(entry.get(wrong))}", f"{where}.{wrong}"))
+                continue
+            out[section].append(entry)
+    for key in ("percent", "runs"):  # the settings the pass ran with, shown beside the list
+        if key in data and finite_number(data[key]) is None:
+            errors.append(LoadError(str(path), f"must be a finite number, got {_kind(data[key])}", key))
+        elif key in data:
+            out[key] = data[key]
+    return out
+
+
+def _side_file(path: Path, errors: list, lost: str):
+    """A side file the fleet run wrote, through the bounded loader; None (the error recorded) when
+    absent or unreadable."""
+    from verify.fleet.model import LoadError
+
+    if not path.is_file():
+        return None
+    try:
+        return loads_json_bytes_bounded(read_bounded(str(path), MAX_BYTES, "side file"), "side file")
+    except BoundedLoadError as exc:
+        errors.append(LoadError(str(path), f"unreadable, {lost}: {str(exc)[:200]}"))
+        return None
+
+
+def _kind(value) -> str:
+    return "null" if value is None else type(value).__name__
 
 
 def write_reports(summary: FleetSummary, out_dir: Path, formats, title: str = "tunefleet fleet report",
@@ -188,7 +233,8 @@ def to_junit(summary: FleetSummary) -> str:
         lines.append(f'<testsuite name="node reports" tests="{len(summary.load_errors)}" failures="0" '
                      f'errors="{len(summary.load_errors)}">')
         for e in summary.load_errors:
-            lines.append(f'<testcase classname="load" name={quoteattr(e.path)}>'
+            name = f"{e.path} {e.field}" if e.field else e.path
+            lines.append(f'<testcase classname="load" name={quoteattr(name)}>'
                          f'<error message={quoteattr(e.message)}/></testcase>')
         lines.append("</testsuite>")
     lines.append("</testsuites>")
@@ -211,8 +257,9 @@ def to_markdown(summary: FleetSummary, title: str) -> str:
     out = [f"# {title}", "",
            f"{len(summary.rows)} hosts: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n), ""]
     if summary.load_errors:
-        out += ["## Unreadable node reports", ""]
-        out += [f"- `{e.path}`: {e.message}" for e in summary.load_errors] + [""]
+        out += ["## Unreadable files and records", ""]
+        out += [f"- `{e.path}`: {_md(e.field + ': ' if e.field else '')}{_md(e.message)}"
+                for e in summary.load_errors] + [""]
     problem_rows = [row for row in summary.rows if row.problems]
     if problem_rows:
         out += ["## Problems, failures first", "", "| host | status | check | reason | fix |", "| --- " * 5 + "|"]
@@ -285,8 +332,11 @@ def terminal_summary(summary: FleetSummary) -> str:
     if summary.baseline:
         lines.append(f"  {len(summary.baseline)} figure(s) below the fleet baseline on "
                      f"{len({f.host for f in summary.baseline})} host(s)")
-    if summary.load_errors:
-        lines.append(f"  {len(summary.load_errors)} node report(s) could not be read")
+    unreadable = sum(1 for e in summary.load_errors if not e.field)
+    if unreadable:
+        lines.append(f"  {unreadable} file(s) could not be read")
+    if len(summary.load_errors) > unreadable:
+        lines.append(f"  {len(summary.load_errors) - unreadable} damaged record(s) skipped (WARN above)")
     return "\n".join(lines)
 
 

@@ -134,7 +134,8 @@ def _host_row(node: NodeReport, extra: list) -> HostRow:
         statuses[r.check_id] = r.status.value
     counts = dict.fromkeys(STATUSES, 0)
     for status in statuses.values():
-        counts[status] += 1
+        if status in counts:  # a NodeReport built elsewhere may carry a status that is none of ours
+            counts[status] += 1
     problems = [r for r in list(node.results) + extra if r.status not in (Status.PASS, Status.SKIP)]
     problems.sort(key=lambda r: (STATUS_ORDER[r.status], r.check_id))
     # A host is SKIP only when nothing on it could be checked; some SKIPs among PASSes are normal

@@ -64,6 +64,7 @@ class RunHistory:
     store: object
     settings: regress.Settings
     args: argparse.Namespace
+    problem: Optional[str] = None  # why the run goes on unrecorded (a history that cannot be written here)
 
     def close(self) -> None:
         if self.store is not None:
@@ -73,21 +74,43 @@ class RunHistory:
 def prepare(args) -> RunHistory:
     """Check the options and open the history before any check runs; ValueError/HistoryError name the problem."""
     from verify.history.record import open_for_run, options_from_args
+    from verify.history.store import HistoryUnavailable
 
     options = options_from_args(args)
     if getattr(args, "node_name", None) is not None and not str(args.node_name).strip():
         raise ValueError("--node-name: empty")
-    return RunHistory(open_for_run(options), options.settings, args)
+    try:
+        return RunHistory(open_for_run(options), options.settings, args)
+    except HistoryUnavailable as exc:  # a read-only place is no reason to leave the node unchecked
+        return RunHistory(None, options.settings, args, problem=str(exc))
+
+
+def lookback_of(prepared: RunHistory, host: str):
+    """The host's Lookback (verify.history.store): since its last ack, else boot. A history that cannot be
+    read gives boot, and the failure is reported once, with the run's other history rows."""
+    from verify.history.store import BOOT, HistoryError
+
+    if prepared.store is None:
+        return BOOT
+    try:
+        return prepared.store.lookback(host)
+    except HistoryError as exc:
+        prepared.problem = prepared.problem or str(exc)
+        return BOOT
 
 
 def finish_local(prepared: RunHistory, report: dict, node) -> None:
     """After a local run: judge it against the node's past, record it, act on the verdict; rows into report."""
-    from verify.history.record import add_results, judge_and_record
+    from verify.history.record import add_results, damaged_rows, judge_and_record, not_recorded
 
     try:
-        if prepared.store is not None:
+        if prepared.problem:
+            add_results(report, [not_recorded(prepared.problem)])
+        elif prepared.store is not None:
             add_results(report, judge_and_record(prepared.store, report, prepared.settings))
             report["history"] = recent_trend(prepared.store, str(report.get("host")))
+        if prepared.store is not None:
+            add_results(report, damaged_rows(prepared.store.warnings))
     finally:
         prepared.close()
     add_results(report, verdict_actions(prepared.args, report, node,
@@ -178,6 +201,8 @@ def main(args) -> int:
         except HistoryError as exc:
             print(f"tunefleet history: {exc}", file=sys.stderr)
             return EXIT_BAD_INPUT
+        for line in store.warnings:  # damaged rows were skipped; the rest is shown
+            print(f"tunefleet history: WARN {line}", file=sys.stderr)
     return _emit(text, args.out)
 
 

@@ -1,10 +1,12 @@
 """Acting on the verdict, opt-in: take a failing node out of the scheduler, put it back once it passes.
 
 Why: a verdict nobody acts on leaves the bad node taking jobs. Slurm: `scontrol update
-State=DRAIN Reason="tunefleet: <first failure>"`, undone by `State=RESUME` only when the Reason
-still starts with "tunefleet:" (a drain an operator set is never lifted). Kubernetes: a NoSchedule
-taint and a label under a key tunefleet owns (tunefleet.io/verify), the reason as an annotation;
-resume removes those and nothing else (no cordon: spec.unschedulable has no owner to check).
+State=DRAIN Reason="tunefleet: <action class>: <first failure>"` (e.g. "tunefleet: reboot:
+health.gpu.xid.0000:3b:00.0: GPU 3 ... Xid 79 ..."; the class from verify.judging.verdicts),
+undone by `State=RESUME` only when the Reason still starts with "tunefleet:" (a drain an operator
+set is never lifted). Kubernetes: a NoSchedule taint and a label under a key tunefleet owns
+(tunefleet.io/verify), the reason as an annotation; resume removes those and nothing else (no
+cordon: spec.unschedulable has no owner to check).
 
 Everything runs through the Node's runner, so tests replay real scontrol/kubectl exchanges; with
 dry_run the read-only query still runs and the changing commands are only listed.
@@ -17,7 +19,8 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Optional
 
-from verify.result import CheckResult, Status
+from verify.judging import verdicts
+from verify.result import CheckResult, Status, sort_for_people
 
 SLURM_REASON_PREFIX = "tunefleet:"
 K8S_KEY = "tunefleet.io/verify"  # taint key and label key; the value is "failed"
@@ -54,13 +57,16 @@ class Action:
 
 
 def first_failure(results: list) -> Optional[str]:
-    """'<check>: <reason>' of the first FAIL, as a people-ordered report lists it; None when nothing failed."""
-    from verify.result import sort_for_people
-
-    for r in sort_for_people(results):
-        if r.status == Status.FAIL:
-            return f"{r.check_id}: {r.reason}"
-    return None
+    """'<action class>: <check>: <reason>' of the FAIL with the most disruptive action class (the first of
+    them as a people-ordered report lists it; no class part for a check that judges none); None when nothing
+    failed. Only a FAIL drains: a WARN (reset-gpu, application, watch) never does."""
+    failures = [r for r in sort_for_people(results) if r.status == Status.FAIL]
+    if not failures:
+        return None
+    rank = {action: n for n, action in enumerate(verdicts.ACTIONS)}
+    chosen = max(failures, key=lambda r: rank.get(verdicts.action_of(r.details), -1))  # max keeps the first
+    action = verdicts.action_of(chosen.details)
+    return f"{action + ': ' if action else ''}{chosen.check_id}: {chosen.reason}"
 
 
 def reason_text(failure: str) -> str:

@@ -100,9 +100,26 @@ def judge_and_record(store: HistoryStore, report: dict, settings: regress.Settin
         with deferred():  # a Ctrl-C now would only roll the append back: let it finish first
             store.record(record)
     except HistoryError as exc:
-        return [CheckResult("history.record", regress.ROLE, Status.ERROR, reason=str(exc),
-                            remediation="check the history file and its directory (--history, --no-history)")]
+        return [not_recorded(str(exc))]
     return rows
+
+
+def not_recorded(message: str) -> CheckResult:
+    """The run could not be judged against or added to the history: a WARN, because the node's own
+    verdict (and so the exit code) is what its checks found, not whether a file could be written."""
+    return CheckResult("history.record", regress.ROLE, Status.WARN, reason=f"{message}; this run is not recorded",
+                       remediation="check the history file and its directory (--history, --no-history)")
+
+
+def damaged_rows(warnings: list) -> list:
+    """One WARN for every damaged row the store skipped while this run read it (none when it was clean)."""
+    if not warnings:
+        return []
+    shown = "; ".join(warnings[:3]) + (f"; and {len(warnings) - 3} more" if len(warnings) > 3 else "")
+    return [CheckResult("history.damaged", regress.ROLE, Status.WARN, observed=len(warnings),
+                        reason=f"{len(warnings)} damaged history row(s) skipped: {shown}",
+                        remediation="the regression and drift verdicts ignore those rows; move the history file "
+                                    "away to start a clean one", details={"skipped": warnings})]
 
 
 def add_results(report: dict, rows: list) -> None:

@@ -6,6 +6,18 @@ hosts x 100 runs. The file is ours only when its application_id says so: a forei
 damaged file is refused with a message naming it, and never written, so a wrong --history cannot
 destroy someone's data. The schema carries its version (PRAGMA user_version) and is migrated in
 place, inside the same transaction that checks the version, so two runs cannot migrate twice.
+
+Reading is total: a row damaged by hand or by another tool (a figure that is not a number, a config set
+that is not a JSON object, a reference to a check that is gone) is skipped, and `warnings` names the
+file, the run and the field, once each, for the caller to report. A history that cannot be written here
+(a read-only directory or file system, a lock held past the busy timeout) is HistoryUnavailable: a run
+goes on without it; a file that is not ours stays a refusal (HistoryError).
+
+Lookback (issue 26 item 3): the health judges count kernel and driver events from `Lookback.since_utc`:
+the time of the host's last operator acknowledgement (`tunefleet ack`), or boot when there is none. It is
+deliberately not the previous run's start: an event the previous run reported as FAIL and nobody
+acknowledged must keep failing, or a broken GPU would pass on the second run. The previous run's start
+(`previous_run_utc`) is given beside it, so a judge can mark events "new since the last run".
 """
 from __future__ import annotations
 
@@ -46,12 +58,23 @@ MIGRATIONS = (
     ALTER TABLE runs ADD COLUMN config_set_id INTEGER REFERENCES config_sets(id);
     CREATE INDEX runs_by_key ON runs (run_key);
     """,
+    # 3: operator acknowledgements (`tunefleet ack`): events before the last one are history, not faults.
+    """
+    CREATE TABLE acks (id INTEGER PRIMARY KEY, host_id INTEGER NOT NULL REFERENCES hosts(id),
+                       at_utc TEXT NOT NULL, reason TEXT NOT NULL, who TEXT NOT NULL);
+    CREATE INDEX acks_by_host ON acks (host_id, id);
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
 class HistoryError(RuntimeError):
     """The history file cannot be used; the message names it, says why and what was left untouched."""
+
+
+class HistoryUnavailable(HistoryError):
+    """The history cannot be made or written here (permissions, a read-only file system, a held lock):
+    nothing is wrong with the node or the file, so a run goes on unrecorded and says so once."""
 
 
 @dataclass
@@ -79,6 +102,32 @@ class RunRecord:
 
 
 @dataclass
+class Ack:
+    """An operator's word that the host was repaired: events before at_utc are history, not faults."""
+
+    host: str
+    at_utc: str
+    reason: str
+    who: str  # the invoking user's name, from the real uid
+
+
+@dataclass
+class Lookback:
+    """From when a host's events are judged (see the module docstring for the rule)."""
+
+    since_utc: Optional[str]  # None: since boot
+    source: str  # "operator ack <stamp>: <reason>" or "boot"
+    previous_run_utc: Optional[str]  # the host's last recorded run, for "new since the last run"
+
+    def to_memo(self) -> dict:
+        """The shape the health judges read from node.memo["lookback"]."""
+        return {"since_utc": self.since_utc, "source": self.source, "previous_run_utc": self.previous_run_utc}
+
+
+BOOT = Lookback(None, "boot", None)
+
+
+@dataclass
 class PastRun:
     run_id: int
     started_at: str
@@ -92,6 +141,7 @@ class HistoryStore:
     def __init__(self, path: str, connection: sqlite3.Connection) -> None:
         self.path = path
         self.db = connection
+        self.warnings: list = []  # damaged rows skipped while reading, one line each (see _damaged)
 
     def close(self) -> None:
         self.db.close()
@@ -119,8 +169,35 @@ class HistoryStore:
     def _errors(self, doing: str) -> Iterator[None]:
         try:
             yield
+        except sqlite3.OperationalError as exc:  # read-only, locked, disk full: the place, not the file
+            raise HistoryUnavailable(f"history {self.path}: cannot {doing} it: {exc}") from exc
         except sqlite3.DatabaseError as exc:
             raise HistoryError(f"history {self.path}: cannot {doing} it: {exc}") from exc
+
+    def _damaged(self, where: str, field_name: str, value: object, why: str) -> None:
+        """Note a skipped row once: the file, which row, which field, what it held."""
+        shown = repr(value)
+        line = (f"history {self.path}: {where}: field {field_name} is {shown[:60]}{'…' if len(shown) > 60 else ''}"
+                f" ({why}): skipped")
+        if line not in self.warnings:
+            self.warnings.append(line)
+
+    def _figure(self, run_id: object, check: object, value: object) -> Optional[float]:
+        """A stored figure, or None (noted) when the row holds something that is not a number."""
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        self._damaged(f"run {run_id}, check {check}", "measurements.value", value, "not a number")
+        return None
+
+    def _config(self, config_id: object, body: object) -> Optional[dict]:
+        try:
+            config = json.loads(body) if isinstance(body, (str, bytes)) else None
+        except ValueError:
+            config = None
+        if isinstance(config, dict):
+            return config
+        self._damaged(f"config set {config_id}", "config_sets.body", body, "not a JSON object")
+        return None
 
     # ---- writing -------------------------------------------------------------------------------
 
@@ -174,7 +251,44 @@ class HistoryStore:
         db.execute("INSERT OR IGNORE INTO config_sets (digest, body) VALUES (?, ?)", (digest, body))
         return db.execute("SELECT id FROM config_sets WHERE digest = ?", (digest,)).fetchone()[0]
 
+    def acknowledge(self, ack: Ack) -> None:
+        """Record an operator's acknowledgement of a host (made known to the history if it is not yet)."""
+        with self.transaction() as db:
+            host_id = self._id(db, "hosts", ack.host)
+            db.execute("INSERT INTO acks (host_id, at_utc, reason, who) VALUES (?, ?, ?, ?)",
+                       (host_id, ack.at_utc, ack.reason, ack.who))
+
     # ---- reading -------------------------------------------------------------------------------
+
+    def last_ack(self, host: str) -> Optional[Ack]:
+        with self._errors("read"):
+            row = self.db.execute(
+                "SELECT a.id, a.at_utc, a.reason, a.who FROM acks a JOIN hosts h ON h.id = a.host_id "
+                "WHERE h.name = ? ORDER BY a.id DESC LIMIT 1", (host,)).fetchone()
+        if row is None:
+            return None
+        ack_id, at_utc, reason, who = row
+        if not isinstance(at_utc, str) or not at_utc:
+            self._damaged(f"ack {ack_id} of {host}", "acks.at_utc", at_utc, "not a time stamp")
+            return None
+        return Ack(host, at_utc, str(reason), str(who))
+
+    def lookback(self, host: str) -> Lookback:
+        """Since when the host's events are judged: its last ack, else boot; and its previous run's start."""
+        ack = self.last_ack(host)
+        with self._errors("read"):
+            row = self.db.execute(
+                "SELECT r.id, r.started_at FROM runs r JOIN hosts h ON h.id = r.host_id WHERE h.name = ? "
+                "ORDER BY r.id DESC LIMIT 1", (host,)).fetchone()
+        previous = None
+        if row is not None:
+            if isinstance(row[1], str) and row[1]:
+                previous = row[1]
+            else:
+                self._damaged(f"run {row[0]} of {host}", "runs.started_at", row[1], "not a time stamp")
+        if ack is None:
+            return Lookback(None, BOOT.source, previous)
+        return Lookback(ack.at_utc, f"operator ack {ack.at_utc}: {ack.reason}", previous)
 
     def hosts(self) -> list:
         with self._errors("read"):
@@ -220,12 +334,21 @@ class HistoryStore:
                 run = runs.get(run_id)
                 if run is None:
                     run = runs[run_id] = (host_id, config_id, PastRun(run_id, started_at, {}, None))
-                if check is not None:
-                    run[2].values[checks[check]] = value
+                if check is None:
+                    continue
+                if check not in checks:
+                    self._damaged(f"run {run_id}", "measurements.check_id", check, "no such check")
+                    continue
+                figure = self._figure(run_id, checks[check], value)
+                if figure is not None:
+                    run[2].values[checks[check]] = figure
             configs = self._configs_of({config_id for _, config_id, _ in runs.values() if config_id is not None})
         out: dict = {}
         for run_id in sorted(runs, reverse=True):
             host_id, config_id, run = runs[run_id]
+            if host_id not in names:
+                self._damaged(f"run {run_id}", "runs.host_id", host_id, "no such host")
+                continue
             run.config = configs.get(config_id)
             out.setdefault(names[host_id], []).append(run)
         return out
@@ -241,18 +364,21 @@ class HistoryStore:
                 ids = self.db.execute("SELECT id FROM runs WHERE host_id = ? ORDER BY id DESC LIMIT ?",
                                       (row[0], last)).fetchall()
                 bound = ids[-1][0] if ids else 0
-            query = ("SELECT r.started_at, r.run_key, c.name, m.status, m.value FROM measurements m "
+            query = ("SELECT r.started_at, r.run_key, c.name, m.status, m.value, r.id FROM measurements m "
                      "JOIN runs r ON r.id = m.run_id JOIN checks c ON c.id = m.check_id "
                      "WHERE m.host_id = ? AND m.run_id >= ?")
             params: list = [row[0], bound]
             if checks:
                 query += f" AND c.name IN ({','.join('?' * len(checks))})"
                 params += list(checks)
-            return self.db.execute(query + " ORDER BY m.run_id, c.name", params).fetchall()
+            rows = self.db.execute(query + " ORDER BY m.run_id, c.name", params).fetchall()
+        return [(str(started_at), str(run_key), check, str(status),
+                 None if value is None else self._figure(run_id, check, value))
+                for started_at, run_key, check, status, value, run_id in rows]
 
     def _with_values(self, runs: list) -> list:
         values = self._values_of([r[0] for r in runs])
-        return [PastRun(run_id, started_at, values.get(run_id, {}), json.loads(body) if body else None)
+        return [PastRun(run_id, str(started_at), values.get(run_id, {}), self._config(run_id, body) if body else None)
                 for run_id, started_at, body in runs]
 
     def _values_of(self, run_ids: list) -> dict:
@@ -264,14 +390,19 @@ class HistoryStore:
         for run_id, check, value in self.db.execute(
                 f"SELECT run_id, check_id, value FROM measurements WHERE run_id IN ({','.join('?' * len(run_ids))}) "
                 "AND value IS NOT NULL", list(run_ids)):
-            out.setdefault(run_id, {})[names[check]] = value
+            if check not in names:
+                self._damaged(f"run {run_id}", "measurements.check_id", check, "no such check")
+                continue
+            figure = self._figure(run_id, names[check], value)
+            if figure is not None:
+                out.setdefault(run_id, {})[names[check]] = figure
         return out
 
     def _configs_of(self, ids: set) -> dict:
         out = {}
         for config_id in ids:
             body = self.db.execute("SELECT body FROM config_sets WHERE id = ?", (config_id,)).fetchone()
-            out[config_id] = json.loads(body[0]) if body else None
+            out[config_id] = self._config(config_id, body[0]) if body else None
         return out
 
 
@@ -309,7 +440,7 @@ def open_store(path: str, create: bool = True) -> HistoryStore:
     except UnsafePathError as exc:
         raise HistoryError(f"history {path}: its directory cannot be used safely: {exc.strerror}") from exc
     except OSError as exc:
-        raise HistoryError(f"history {path}: directory {directory}: {exc.strerror or exc}") from exc
+        raise HistoryUnavailable(f"history {path}: directory {directory}: {exc.strerror or exc}") from exc
     try:
         _check_file(dir_fd, name, path, create, PRIVATE_FILE)
     finally:
@@ -335,9 +466,14 @@ def _check_file(dir_fd: int, name: str, path: str, create: bool, mode: int) -> N
     except FileNotFoundError:
         if not create:
             raise HistoryError(f"history {path} does not exist (no run recorded there yet)") from None
-        with contextlib.suppress(FileExistsError):  # another run made it meanwhile: checked below like any file
+        try:
             os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
                              mode, dir_fd=dir_fd))
+        except FileExistsError:
+            pass  # another run made it meanwhile: checked below like any file
+        except OSError as exc:  # a read-only directory or file system
+            raise HistoryUnavailable(f"history {path}: cannot create it in {os.path.dirname(path)}: "
+                                     f"{exc.strerror or exc}") from exc
         st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     if stat.S_ISLNK(st.st_mode):
         raise HistoryError(f"history {path} is a symlink: refusing to follow it as root; name the file itself")
@@ -372,6 +508,8 @@ def _prepare(db: sqlite3.Connection, path: str) -> None:
         db.execute("PRAGMA foreign_keys = ON")
         if version < SCHEMA_VERSION:
             _migrate(db)
+    except sqlite3.OperationalError as exc:  # ours, but not writable here (read-only directory or file, a lock)
+        raise HistoryUnavailable(f"history {path}: cannot write it here ({exc}); nothing was written") from exc
     except sqlite3.DatabaseError as exc:
         raise HistoryError(f"history {path}: cannot prepare it ({exc}); nothing was written") from exc
 

@@ -28,9 +28,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from verify.judging.peaks import Peak, pcie_gbps
+
 _A100 = ("https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/"
          "nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf")
 _H100 = "https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet"
+_H100_WP = "https://resources.nvidia.com/en-us-tensor-core/gtc22-whitepaper-hopper"
 _H200 = "https://nvdam.widen.net/s/nb5zzzsjdf/hpc-datasheet-sc23-h200-datasheet-3002446"
 _GH200 = "https://resources.nvidia.com/en-us-grace-cpu/grace-hopper-superchip"
 _HGX = "https://www.nvidia.com/en-us/data-center/hgx/"
@@ -80,8 +83,10 @@ MODELS: tuple[GpuModel, ...] = (
     GpuModel("a100-pcie-80gb", ("NVIDIA A100 80GB PCIe",), 1935, 312, 312, 156, 12, 25, 4, 16, 300, 80,
              _A100, nvlink_optional=True),
     # H100 SXM (datasheet): TF32 989*, BF16 1,979*, FP16 1,979*; 3.35 TB/s; up to 700 W; NVLink 900 GB/s
-    # (18 links); PCIe Gen5 128 GB/s. Name confirmed (_SMI_H100); 26.562 GB/s per link confirmed (_SMI_LINK_H100).
-    GpuModel("h100-sxm", ("NVIDIA H100 80GB HBM3",), 3350, 989.5, 989.5, 494.5, 18, 25, 5, 16, 700, 80,
+    # (18 links); PCIe Gen5 128 GB/s. Dense figures from the H100 whitepaper (_H100_WP, table "NVIDIA H100 SXM5"):
+    # BF16/FP16 989.4, TF32 494.7 (132 SMs x 4096 / 2048 FLOP per clock x 1830 MHz); the datasheet's rounded
+    # 1,979* halved reads 989.5. Name confirmed (_SMI_H100); 26.562 GB/s per link confirmed (_SMI_LINK_H100).
+    GpuModel("h100-sxm", ("NVIDIA H100 80GB HBM3",), 3350, 989.4, 989.4, 494.7, 18, 25, 5, 16, 700, 80,
              _H100, nvlink_smi_gbps_per_link=26.562),
     # H100 PCIe (datasheet, PCIe column of the 2022 revision): TF32 756*, BF16 1,513*, FP16 1,513*; HBM2e 2 TB/s;
     # 300-350 W; NVLink bridge 600 GB/s (12 links). Name confirmed: "NVIDIA H100 PCIe, 81559 MiB" (public captures).
@@ -93,8 +98,9 @@ MODELS: tuple[GpuModel, ...] = (
              _H100, nvlink_optional=True),
     # H200 SXM (datasheet): TF32 989*, BF16 1,979*, FP16 1,979*; 141 GB, 4.8 TB/s; up to 700 W; NVLink 900 GB/s;
     # PCIe Gen5 128 GB/s. Name confirmed: "NVIDIA H200, 143771 MiB" (public captures, PCIe gen.max 5 x16);
-    # 26.562 GB/s per link confirmed (a public 'nvidia-smi nvlink --status' on 'NVIDIA H200').
-    GpuModel("h200-sxm", ("NVIDIA H200",), 4800, 989.5, 989.5, 494.5, 18, 25, 5, 16, 700, 141,
+    # 26.562 GB/s per link confirmed (a public 'nvidia-smi nvlink --status' on 'NVIDIA H200'). Tensor cores, SM
+    # count and boost clock as the H100 SXM, so the whitepaper's 989.4 / 494.7 dense (see h100-sxm).
+    GpuModel("h200-sxm", ("NVIDIA H200",), 4800, 989.4, 989.4, 494.7, 18, 25, 5, 16, 700, 141,
              _H200, nvlink_smi_gbps_per_link=26.562),
     # H200 NVL (datasheet): TF32 835*, BF16 1,671*, FP16 1,671*; 141 GB, 4.8 TB/s; up to 600 W; 2- or 4-way NVLink
     # bridge 900 GB/s (18 links). Name confirmed: "NVIDIA H200 NVL, 143771 MiB" (public captures): distinct from
@@ -175,3 +181,55 @@ def match(name: str, memory_mib: Optional[int] = None) -> Optional[GpuModel]:
     if len(found) > 1 and memory_mib:
         return min(found, key=lambda model: abs(model.memory_gib * 1024 - memory_mib))
     return found[0] if found else None
+
+
+# ---- physical bounds of the GPU engines' figures (verify/bench/gpu_judge.py) ------------------------------
+# Used where NVML gave no peak. A datasheet figure is a nominal, not a ceiling, so each bound carries a margin:
+# - HBM 1.10: NVML's own bus width x memory clock reads above the datasheet on H200 (6144-bit x 3201 MHz x 2 =
+#   4917 GB/s against 4.8 TB/s: 1.024; tests/unit/test_bench_gpu.py).
+# - BF16 matmul 1.15: the dense figures are quoted at the boost clock (H100 whitepaper: 1830 MHz), the GPU
+#   may run to its max SM clock (1980 MHz on H100 and H200 as NVML reports it: 1.082).
+# - GPU-to-GPU copy 1.10: nvidia-smi counts 26.562 GB/s per NVLink 4 link against the datasheet's 25 (1.0625).
+HBM_MARGIN = 1.10
+MATMUL_MARGIN = 1.15
+LINK_MARGIN = 1.10
+BOUND_KINDS = ("hbm", "matmul", "copy")
+
+
+def _nominal(kind: str, model: GpuModel) -> tuple:
+    """(GB/s or TFLOPS as the datasheet gives it, margin, what it is) of one engine figure."""
+    if kind == "hbm":
+        return model.hbm_gbps, HBM_MARGIN, "memory bandwidth"
+    if kind == "matmul":
+        return model.bf16_dense_tflops, MATMUL_MARGIN, "dense BF16 at boost clock"
+    if kind != "copy":
+        raise ValueError(f"no bound for {kind!r}; known: {', '.join(BOUND_KINDS)}")
+    # One direction of a GPU-to-GPU copy: every NVLink of the GPU (a bridge or fabric may add them), or its PCIe.
+    per_link = model.nvlink_smi_gbps_per_link or model.nvlink_gbps_per_link
+    return max(model.nvlink_links * per_link, pcie_gbps(model.pcie_gen, model.pcie_width) or 0.0), LINK_MARGIN, \
+        f"NVLink {model.nvlink_links} x {per_link:g} GB/s or PCIe Gen{model.pcie_gen} x{model.pcie_width}"
+
+
+def datasheet_peak(kind: str, model: GpuModel) -> Peak:
+    """The datasheet's figure itself (no margin): what floors are fractions of when nothing was measured."""
+    nominal, _, what = _nominal(kind, model)
+    return Peak(nominal, f"{model.key} datasheet {what} {nominal:g} ({model.source})")
+
+
+def datasheet_bound(kind: str, model: GpuModel) -> Peak:
+    """Above this no `kind` figure of this model is real: the datasheet's figure x its margin."""
+    nominal, margin, what = _nominal(kind, model)
+    return Peak(nominal * margin, f"{model.key} datasheet {what} {nominal:g} x {margin:g} margin "
+                                  f"(a GPU may run above its nominal) = {nominal * margin:.0f}")
+
+
+def fastest_bound(kind: str) -> Peak:
+    """The bound when the GPU is unknown to NVML and to this table: the fastest model's bound."""
+    best = max(MODELS, key=lambda model: _nominal(kind, model)[0])
+    found = datasheet_bound(kind, best)
+    return Peak(found.gbps, f"GPU unknown: the fastest GPU in the model table, {found.source}")
+
+
+def bound(kind: str, model: Optional[GpuModel]) -> Peak:
+    """The model's datasheet bound, else the fastest model's: a figure always has one."""
+    return datasheet_bound(kind, model) if model is not None else fastest_bound(kind)

@@ -169,3 +169,78 @@ def pair_copy_peak(nvlink_src: float, nvlink_dst: float, pcie: Optional[Peak]) -
         rate = min(nvlink_src, nvlink_dst)
         return Peak(rate, f"NVLink {rate:.1f} GB/s per direction (the slower GPU's active links)")
     return pcie
+
+
+# ---- storage (verify/bench/storage.py: O_DIRECT, cuFile, gdsio read one file) -------------------
+
+# SATA revision 3.x signals at 6 Gb/s with 8b/10b line code: 600 MB/s of data (SATA-IO, SATA 3.0 spec).
+SATA_GBPS = 6.0 * 8 / 10 / 8
+# A storage device with no link to read (virtio, SAS, a file system without a block device) is still
+# bounded by the fastest link a storage device attaches by: a PCIe Gen6 x16 slot (121 GB/s per
+# direction). A file system spanning many NICs (Lustre, Weka) can in principle read faster than one
+# slot: such a mount needs the device-specific bound this fallback stands in for.
+FASTEST_STORAGE_LINK = (6, 16)
+
+
+def sata_peak(device: str) -> Peak:
+    return Peak(SATA_GBPS, f"SATA 6 Gb/s, 8b/10b = {SATA_GBPS:.1f} GB/s ({device})")
+
+
+def unknown_storage_bound(why: str = "storage link unknown") -> Peak:
+    """The read bound when the device's link cannot be read: the fastest storage link there is."""
+    gen, width = FASTEST_STORAGE_LINK
+    rate = pcie_gbps(gen, width)
+    return Peak(rate, f"{why}: bound {rate:.0f} GB/s = PCIe Gen{gen} x{width}, the fastest link a storage device"
+                      " attaches by")
+
+
+def summed_peak(parts: Iterable[Peak], label: str) -> Optional[Peak]:
+    """Several links read at once (an md/dm array's members, NVMe multipath's controllers): their sum."""
+    parts = list(parts)
+    if not parts:
+        return None
+    total = sum(p.gbps for p in parts)
+    return Peak(total, f"{label}: {total:.1f} GB/s = " + " + ".join(p.source for p in parts))
+
+
+# ---- RDMA (verify/bench/perftest.py) and the fleet's inter-node rail ------------------------------
+
+# The fastest InfiniBand port there is: XDR 4x, 200 Gb/s per lane = 800 Gb/s (IBTA roadmap; NVIDIA
+# Quantum-X800 / ConnectX-8). A port whose rate sysfs does not give is bounded by it.
+FASTEST_IB_GBITS = 800.0
+# A one-way RDMA latency (perftest's t_typical is half a round trip) at or below this cannot be real:
+# the fastest adapters quote "sub 0.6 us" end to end (NVIDIA ConnectX-6/ConnectX-7 VPI product
+# briefs), of which PCIe doorbells and DMA alone take several hundred ns; 0.00 us is a broken timer.
+RDMA_LATENCY_FLOOR_US = 0.5
+
+
+def rdma_port_bound(rate_gbits: Optional[float], bidirectional: bool = False) -> Peak:
+    """perftest bandwidth bound in Gb/s (perftest --report_gbits), not GB/s: the port's own rate
+    (x2 both directions at once), else the fastest InfiniBand port there is."""
+    factor = 2 if bidirectional else 1
+    both = " x 2 directions (-b)" if bidirectional else ""
+    if rate_gbits and rate_gbits > 0:
+        return Peak(rate_gbits * factor, f"port rate {rate_gbits:g} Gb/s{both} (/sys/class/infiniband/*/ports/*/rate)")
+    return Peak(FASTEST_IB_GBITS * factor, f"port rate unknown: {FASTEST_IB_GBITS:g} Gb/s{both}, XDR 4x, the "
+                                           "fastest InfiniBand port there is")
+
+
+def internode_busbw_bound(port_rates_gbits: Iterable[Optional[float]]) -> Peak:
+    """The bound of a multi-node all-reduce's busbw (GB/s) from this node's active RDMA ports.
+
+    In a ring, all the bytes busbw counts leave the node through its NICs, so ring busbw <= the sum
+    of the node's port rates; tree and in-network reduction (SHARP, NVLS tree) send each byte across
+    the rail once where busbw counts it twice (480 GB/s measured over 8 x 400 Gb/s of HCAs), hence
+    2 x the sum. A port whose rate is unknown counts as XDR 800 Gb/s; a node with no RDMA port (gloo
+    or NCCL over TCP) falls back to the per-GPU links bound, which no all-reduce rank exceeds.
+    """
+    rates = list(port_rates_gbits)
+    if not rates:
+        bound = unknown_links_bound()
+        return Peak(bound.gbps, f"no RDMA port on this node: {bound.source}")
+    known = [r for r in rates if r and r > 0]
+    total_gbits = sum(known) + FASTEST_IB_GBITS * (len(rates) - len(known))
+    rate = 2 * total_gbits / 8
+    unknown = f", {len(rates) - len(known)} of unknown rate counted as XDR 800 Gb/s" if len(known) < len(rates) else ""
+    return Peak(rate, f"inter-node rail: busbw bound {rate:.0f} GB/s = 2 (tree/SHARP) x {total_gbits:g} Gb/s of "
+                      f"{len(rates)} RDMA port(s){unknown}")

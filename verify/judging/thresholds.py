@@ -49,10 +49,19 @@ class Threshold:
         return {"limit": self.limit, "warn": self.warn, "kind": self.kind, "source": self.source}
 
 
-def broken_measurement(value: Any, peak: Optional[float] = None, peak_source: str = "") -> Optional[str]:
-    """Why a measured figure cannot be real (NaN, infinite, negative, above the link's peak), else None.
+def broken_measurement(
+    value: Any,
+    peak: Optional[float] = None,
+    peak_source: str = "",
+    floor: Optional[float] = None,
+    floor_source: str = "",
+) -> Optional[str]:
+    """Why a measured figure cannot be real (not a number, NaN, infinite, negative, above the link's
+    peak, at or below the physical floor), else None.
 
     One home for the rule that garbage never PASSes: every judged benchmark figure passes here.
+    `floor` is the value a real figure always exceeds: 0 for a rate (a read or copy that moved
+    nothing is no measurement), the fastest wire's latency for a latency (verify.judging.peaks).
     """
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return f"measurement broken: {value!r} is not a number"
@@ -64,6 +73,11 @@ def broken_measurement(value: Any, peak: Optional[float] = None, peak_source: st
         return f"measurement broken: {value} is not a finite number"
     if value < 0:
         return f"measurement broken: {value:.4g} is negative"
+    if floor is not None and value <= floor:
+        where = f" ({floor_source})" if floor_source else ""
+        if floor == 0:
+            return f"measurement broken: {value:.4g} is zero, nothing was measured{where}"
+        return f"measurement broken: {value:.4g} is at or below the physical floor {floor:.4g}{where}"
     if peak is not None and value > peak:
         where = f" ({peak_source})" if peak_source else ""
         return f"measurement broken: {value:.4g} is above the physical peak {peak:.4g}{where}"

@@ -15,7 +15,7 @@ components/accelerator/nvidia/xid/catalog_generated.go, generated from that spre
 to V100 and earlier only); `catalog_action` is its "Resolution Bucket (Immediate Action)" column,
 verbatim ("" where the catalog gives none); MNEMONICS holds its "Mnemonic" column.
 
-Action classes (what the operator does next, least to most disruptive):
+Action classes (defined in verify.judging.verdicts with their status; least to most disruptive):
   OK          nothing: informational or test events.
   WATCH       no action now; count it and look when it repeats.
   APPLICATION the application must be restarted (or fixed); the GPU stays in service.
@@ -70,14 +70,11 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
-OK = "ok"
-WATCH = "watch"
-APPLICATION = "application"
-RESET_GPU = "reset-gpu"
-REBOOT = "reboot"
-DRAIN_RMA = "drain-rma"
-# least to most disruptive
-ACTIONS = (OK, WATCH, APPLICATION, RESET_GPU, REBOOT, DRAIN_RMA)
+# The action classes have one home (what each means, the status it gets): verify.judging.verdicts.
+from verify.judging.verdicts import ACTIONS, APPLICATION, DRAIN_RMA, OK, REBOOT, RESET_GPU, WATCH
+
+__all__ = ["ACTIONS", "CATALOG", "INFERRED", "MNEMONICS", "OVERRIDDEN", "XidEntry", "lookup", "recovery_action",
+           "APPLICATION", "DRAIN_RMA", "OK", "REBOOT", "RESET_GPU", "WATCH"]
 
 
 @dataclass(frozen=True)
@@ -205,6 +202,8 @@ _ENTRIES = (
     _e(89, "ROBUST_CHANNEL_NVDEC4_ERROR", "NVDEC4 Error", "RESTART_APP", APPLICATION),
     _e(90, "LTC_ERROR", "Unused", "CONTACT_SUPPORT", DRAIN_RMA),
     _e(91, "RESERVED_XID", "Unused", "CONTACT_SUPPORT", DRAIN_RMA),
+    # The catalog's bucket is IGNORE: watch. (tunefleet's first Xid table said drain-rma; the catalog is the
+    # source, and the single-bit errors it counts are corrected: a failing row shows up as Xid 63/64.)
     _e(92, "EXCESSIVE_SBE_INTERRUPTS", "High single-bit ECC error rate", "IGNORE", WATCH),
     _e(93, "INFOROM_ERASE_LIMIT_EXCEEDED", "Non-fatal violation of provisioned InfoROM wear limit", "IGNORE", WATCH),
     # override of RESTART_APP: the trigger conditions recommend resetting the GPU when convenient (contained ECC

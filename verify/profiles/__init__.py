@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from verify.judging.thresholds import Threshold
+from verify.profiles import by_model as by_model_profiles
 
 PROFILE_DIR = Path(__file__).resolve().parent
 
@@ -172,16 +173,21 @@ def resolve_threshold(
     return derived
 
 
-def pick_profile(facts: Optional[dict]) -> Optional[dict]:
+def pick_profile(facts: Optional[dict], by_model: bool = False) -> Optional[dict]:
     """`verify_profile: auto`: the shipped profile whose `match` fits this node's GPUs, or None.
 
-    `facts["gpus"]["gpus"]` is the inventory verify gathers (name per GPU). No match means the
-    benchmarks fall back to thresholds derived from the node itself.
+    `facts["gpus"]["gpus"]` is the inventory verify gathers (name and memory.total per GPU). With
+    `by_model`, a node whose GPUs are all one model of the GPU model table gets that model's profile for
+    any GPU count (verify/profiles/by_model.py): a shipped profile that fits still wins, and takes the
+    model's floors for the keys it does not set; the profile's `auto_how` says where its floors come from.
+    Without a match the benchmarks fall back to thresholds derived from the node itself.
     """
     gpus = (((facts or {}).get("gpus") or {}).get("gpus")) or []
+    gpus = [g for g in gpus if isinstance(g, dict)]
     names = [str(g.get("name", "")) for g in gpus]
     if not names:
         return None
+    shipped = None
     for name in list_profiles():
         profile = load_profile(name)
         match = profile.get("match") or {}
@@ -190,8 +196,16 @@ def pick_profile(facts: Optional[dict]) -> Optional[dict]:
         if match.get("gpu_count") != len(names):
             continue
         if all(any(w in n for w in wanted) and not any(u in n for u in unwanted) for n in names):
-            return profile
-    return None
+            shipped = profile
+            break
+    if not by_model:
+        return shipped
+    model = by_model_profiles.node_model(gpus)
+    if model is None:
+        return shipped
+    derived = validate_profile(by_model_profiles.model_profile(model, len(names), tuple(names)),
+                               f"model {model.key}")
+    return derived if shipped is None else by_model_profiles.merged(shipped, derived)
 
 
 def bench_setting(name: str, profile: Optional[dict], default: Any) -> Any:

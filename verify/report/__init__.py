@@ -45,7 +45,55 @@ def build_report(spec: dict, facts: dict, results: list, run: dict) -> dict:
 
 
 def results_of(report: dict) -> list:
-    return [CheckResult.from_dict(r) for r in report.get("results", [])]
+    """The report's results; a saved report's damaged entry is left out (the fleet report names it)."""
+    out = []
+    for item in report.get("results") if isinstance(report.get("results"), list) else []:
+        try:
+            out.append(CheckResult.from_dict(item))
+        except (KeyError, ValueError, TypeError, AttributeError):
+            continue
+    return out
+
+
+# Facts and run records may be absent or of the wrong type (a fact that could not be read, an older or
+# damaged saved report): every format reads them through these, never by indexing.
+def section(mapping: object, *keys: str) -> dict:
+    """mapping[k1][k2]... when each step is an object, else {}."""
+    for key in keys:
+        mapping = mapping.get(key) if isinstance(mapping, dict) else None
+    return mapping if isinstance(mapping, dict) else {}
+
+
+def fact_text(mapping: object, *keys: str, default: str = "?") -> str:
+    """The text (or number) at mapping[k1][k2]..., else default: never an object or a list."""
+    value = section(mapping, *keys[:-1]).get(keys[-1]) if keys else None
+    if isinstance(value, bool) or value is None or value == "" or isinstance(value, (dict, list)):
+        return default
+    return one_line(value, 200)
+
+
+def listed(mapping: object, key: str) -> list:
+    """mapping[key] when it is a list, else []."""
+    value = mapping.get(key) if isinstance(mapping, dict) else None
+    return value if isinstance(value, list) else []
+
+
+def summary_of(report: dict) -> tuple:
+    """(counts by status, exit code) as recorded, recomputed from the results where the record is damaged."""
+    recorded = section(report, "summary")
+    tally = recorded.get("counts")
+    code = recorded.get("exit_code")
+    if not (isinstance(tally, dict) and all(isinstance(tally.get(s), int) for s in counts([]))):
+        tally = None
+    if tally is None or isinstance(code, bool) or not isinstance(code, int):
+        results = results_of(report)
+        tally, code = tally or counts(results), code if isinstance(code, int) and not isinstance(code, bool) \
+            else exit_code(results)
+    return {s: tally[s] for s in counts([])}, code
+
+
+def host_of(report: dict) -> str:
+    return fact_text(report, "host", default="unknown")
 
 
 def for_people(report: dict) -> list:

@@ -1,10 +1,14 @@
 """The benchmark phase in words, for every human-facing format: what ran, what was skipped and why,
-the profile and how it was chosen, and the wall time. Read from the report's run.bench record."""
+the profile and how it was chosen, and the wall time. Read from the report's run.bench record, which
+may be absent or damaged in a saved report: every field is read by its type, never indexed."""
 from __future__ import annotations
+
+from verify.bounded_load import finite_number
+from verify.report import fact_text, listed, section
 
 
 def bench_record(report: dict) -> dict:
-    return (report.get("run") or {}).get("bench") or {}
+    return section(report, "run", "bench")
 
 
 def headline(report: dict) -> str:
@@ -13,22 +17,24 @@ def headline(report: dict) -> str:
     if not record:
         return "benchmarks: not recorded (report from an older tunefleet)"
     if record.get("selection") == "none":
-        return f"benchmarks: none ({record.get('reason') or 'none asked'})"
-    ran = ", ".join(record.get("ran") or []) or "nothing"
-    wall = f", {record['wall_s']:.1f} s" if isinstance(record.get("wall_s"), (int, float)) else ""
-    skipped = len(record.get("skipped") or [])
-    return f"benchmarks ({record.get('selection')}{wall}): ran {ran}" + (f"; skipped {skipped}" if skipped else "")
+        return f"benchmarks: none ({fact_text(record, 'reason', default='none asked')})"
+    ran = ", ".join(str(name) for name in listed(record, "ran")) or "nothing"
+    wall_s = finite_number(record.get("wall_s"))
+    wall = f", {wall_s:.1f} s" if wall_s is not None else ""
+    skipped = len(listed(record, "skipped"))
+    more = f"; skipped {skipped}" if skipped else ""
+    return f"benchmarks ({fact_text(record, 'selection')}{wall}): ran {ran}{more}"
 
 
 def lines(report: dict) -> list:
     """The headline, then one line per skipped benchmark, the profile line and the hardware seen."""
     record = bench_record(report)
     out = [headline(report)]
-    for item in record.get("skipped") or []:
-        out.append(f"skipped {item.get('benchmark')}: {item.get('reason')}")
-    if record.get("profile_how"):
-        out.append(f"profile: {record['profile_how']}")
-    summary = (record.get("hardware") or {}).get("summary")
+    for item in (i for i in listed(record, "skipped") if isinstance(i, dict)):
+        out.append(f"skipped {fact_text(item, 'benchmark')}: {fact_text(item, 'reason')}")
+    if fact_text(record, "profile_how", default=""):
+        out.append(f"profile: {fact_text(record, 'profile_how')}")
+    summary = fact_text(record, "hardware", "summary", default="")
     if summary:
         out.append(f"hardware: {summary}")
     return out

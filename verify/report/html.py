@@ -1,10 +1,14 @@
 """The node report as one self-contained HTML page (inline CSS, no external resources), rendered with
-Jinja2 from templates/report.html.j2. jinja2 is imported here only: a bare node skips this format."""
+Jinja2 from templates/report.html.j2. jinja2 is imported here only: a bare node skips this format.
+
+The template reads only the plain text `node_view` prepares: any fact may be absent or of the wrong
+type (a fact that could not be read, a damaged saved report), and the page is still written."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from verify.report import FormatUnavailable, for_people, one_line
+from verify.bounded_load import finite_number
+from verify.report import FormatUnavailable, fact_text, for_people, host_of, listed, one_line, section, summary_of
 from verify.report.bench_phase import lines as bench_lines
 
 TEMPLATE = "report.html.j2"
@@ -14,6 +18,51 @@ def template_dir() -> Path:
     from verify.desired import project_root
 
     return project_root() / "templates"
+
+
+def node_view(report: dict) -> dict:
+    """Every fact the page shows, as text: '?' or 'none' where a fact is absent or not what it should be."""
+    facts = section(report, "facts")
+    cpu = section(facts, "cpu")
+    memory_kib = finite_number(facts.get("memory_kib"))
+    gpus = section(facts, "gpus")
+    gpu_list = [g for g in listed(gpus, "gpus") if isinstance(g, dict)]
+    if gpu_list:
+        gpu_line = (f"{len(gpu_list)} × {fact_text(gpu_list[0], 'name')} (driver {fact_text(gpus, 'driver_version')}, "
+                    f"CUDA {fact_text(gpus, 'cuda_driver_version')}, via {fact_text(gpus, 'source')})")
+    else:
+        gpu_line = f"none: {fact_text(gpus, 'unavailable_reason', default='not reported')}"
+    run = section(report, "run")
+    counts, code = summary_of(report)
+    return {
+        "host": host_of(report),
+        "generated_at": fact_text(report, "generated_at"),
+        "profile": fact_text(report, "profile", default="none"),
+        "exit_code": code,
+        "counts": counts,
+        "os_name": fact_text(facts, "os", "pretty_name", default="unknown OS"),
+        "kernel": fact_text(facts, "kernel"),
+        "cpu": f"{fact_text(cpu, 'model')} ({fact_text(cpu, 'cpus_online')} CPUs, "
+               f"{len(section(cpu, 'numa_nodes'))} NUMA nodes)",
+        "memory": f"{memory_kib / 1048576:.1f} GiB" if memory_kib else "?",
+        "gpus": gpu_line,
+        "nics": ", ".join(_nic(n) for n in listed(facts, "nics") if isinstance(n, dict)) or "none",
+        "block_devices": ", ".join(fact_text(d, "name") for d in listed(facts, "block_devices")
+                                   if isinstance(d, dict)) or "none",
+        "tools": " · ".join(f"{one_line(k)} {fact_text(section(facts, 'tool_versions'), k, default='absent')}"
+                            for k in section(facts, "tool_versions")),
+        "run": f"{fact_text(run, 'duration_s')} s in all, config checks {fact_text(run, 'config_checks_s')} s",
+    }
+
+
+def _nic(nic: dict) -> str:
+    parts = [f"MTU {fact_text(nic, 'mtu')}"]
+    if finite_number(nic.get("speed_mbps")):
+        parts.append(f"{fact_text(nic, 'speed_mbps')} Mb/s")
+    numa = finite_number(nic.get("numa_node"))
+    if numa is not None and numa >= 0:
+        parts.append(f"NUMA {fact_text(nic, 'numa_node')}")
+    return f"{fact_text(nic, 'name')} ({', '.join(parts)})"
 
 
 def render(report: dict) -> str:
@@ -30,5 +79,5 @@ def render(report: dict) -> str:
     env.filters["one_line"] = one_line
     from verify.report.trend_plots import report_trends
 
-    return env.get_template(TEMPLATE).render(report=report, results=for_people(report), bench_lines=bench_lines(report),
-                                             history_plots=report_trends(report))
+    return env.get_template(TEMPLATE).render(node=node_view(report), results=for_people(report),
+                                             bench_lines=bench_lines(report), history_plots=report_trends(report))

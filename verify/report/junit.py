@@ -7,7 +7,8 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 
-from verify.report import one_line, results_of
+from verify.bounded_load import finite_number
+from verify.report import fact_text, host_of, one_line, results_of, section, summary_of
 from verify.result import Status
 
 # Characters XML 1.0 cannot carry at all (tool output may hold them): shown as \xNN instead.
@@ -20,18 +21,19 @@ def xml_text(value: object) -> str:
 
 def render(report: dict) -> str:
     results = results_of(report)
-    counts = report["summary"]["counts"]
-    seconds = str((report.get("run") or {}).get("duration_s") or 0)
+    counts, _ = summary_of(report)
+    seconds = str(finite_number(section(report, "run").get("duration_s")) or 0)
     suites = ET.Element("testsuites", name="tunefleet", tests=str(len(results)),
                         failures=str(counts["FAIL"]), errors=str(counts["ERROR"]),
                         skipped=str(counts["SKIP"]), time=seconds)
-    host = xml_text(report["host"])
+    host = xml_text(host_of(report))
     suite = ET.SubElement(suites, "testsuite", name=f"tunefleet.{host}", hostname=host,
                           tests=str(len(results)), failures=str(counts["FAIL"]), errors=str(counts["ERROR"]),
-                          skipped=str(counts["SKIP"]), timestamp=report["generated_at"], time=seconds)
+                          skipped=str(counts["SKIP"]), time=seconds,
+                          timestamp=xml_text(fact_text(report, "generated_at", default="")))
     properties = ET.SubElement(suite, "properties")
-    ET.SubElement(properties, "property", name="schema", value=report["schema"])
-    ET.SubElement(properties, "property", name="profile", value=xml_text(report.get("profile") or ""))
+    ET.SubElement(properties, "property", name="schema", value=xml_text(fact_text(report, "schema", default="")))
+    ET.SubElement(properties, "property", name="profile", value=xml_text(fact_text(report, "profile", default="")))
     for r in results:
         case = ET.SubElement(suite, "testcase", classname=xml_text(f"tunefleet.{r.role}"), name=xml_text(r.check_id),
                              time="0")

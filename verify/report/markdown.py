@@ -1,7 +1,7 @@
 """The node report as Markdown: summary, then one table, failures first."""
 from __future__ import annotations
 
-from verify.report import for_people, one_line
+from verify.report import fact_text, for_people, host_of, one_line, section, summary_of
 from verify.report.bench_phase import lines as bench_lines
 
 
@@ -10,14 +10,15 @@ def _cell(text: str) -> str:
 
 
 def render(report: dict) -> str:
-    counts = report["summary"]["counts"]
-    facts = report.get("facts") or {}
-    os_name = ((facts.get("os") or {}).get("pretty_name")) or "unknown OS"
+    counts, code = summary_of(report)
+    facts = section(report, "facts")
+    os_name = fact_text(facts, "os", "pretty_name", default="unknown OS")
     lines = [
-        f"# tunefleet node report: {report['host']}",
+        f"# tunefleet node report: {_cell(host_of(report))}",
         "",
-        f"Generated {report['generated_at']} · {os_name} · kernel {facts.get('kernel') or '?'} · "
-        f"profile {report.get('profile') or 'none'} · exit code {report['summary']['exit_code']}",
+        f"Generated {fact_text(report, 'generated_at')} · {os_name} · "
+        f"kernel {fact_text(facts, 'kernel')} · profile {fact_text(report, 'profile', default='none')} · "
+        f"exit code {code}",
         "",
         " · ".join(f"**{status}** {count}" for status, count in counts.items()),
         "",

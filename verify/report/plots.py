@@ -10,6 +10,8 @@ import math
 from html import escape
 from typing import Optional
 
+from verify.bounded_load import finite_number
+
 WIDTH, HEIGHT = 640, 300
 LEFT, RIGHT, TOP, BOTTOM = 60, 20, 20, 45
 # A curve per host stops being readable long before 10,000 hosts: draw the slowest ones and the median.
@@ -20,6 +22,8 @@ CURVE_BW_KEYS = ("busbw_gbps", "busbw")
 
 def curve_points(details: dict) -> list:
     """[(size_bytes, busbw_gbps)] from a benchmark result's details, sorted by size; [] if none."""
+    if not isinstance(details, dict):
+        return []
     raw = details.get("curve") or details.get("points") or []
     points = []
     if not isinstance(raw, list):
@@ -163,4 +167,5 @@ def _svg(parts: list, title: str) -> str:
 
 
 def _number(value: Optional[object]) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    # finite_number: an integer past float range (a damaged saved report) is no figure, not an OverflowError.
+    return finite_number(value) is not None

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import datetime
 
-from verify.report import results_of
+from verify.bounded_load import finite_number
+from verify.report import results_of, section, summary_of
 from verify.result import Status
 
 OK_STATUSES = (Status.PASS, Status.WARN, Status.SKIP)
@@ -22,8 +23,12 @@ def _labels(**labels: str) -> str:
     return "{" + ",".join(f'{k}="{escape(str(v))}"' for k, v in labels.items()) + "}"
 
 
-def _timestamp(iso: str) -> float:
-    return datetime.datetime.fromisoformat(iso).timestamp()
+def _timestamp(iso: object) -> float:
+    """Unix time of the report's generated_at; 0 (the epoch: obviously stale) when it is absent or not a time."""
+    try:
+        return datetime.datetime.fromisoformat(iso).timestamp() if isinstance(iso, str) else 0.0
+    except (ValueError, OverflowError, OSError):
+        return 0.0
 
 
 def render(report: dict) -> str:
@@ -48,16 +53,16 @@ def render(report: dict) -> str:
     ]
     for r in unique:
         lines.append(f"tunefleet_check_ok{_labels(check=r.check_id, role=r.role)} {int(r.status in OK_STATUSES)}")
-    run = report.get("run") or {}
+    run = section(report, "run")
     lines += [
         "# HELP tunefleet_verify_last_run_timestamp_seconds When this node was last verified (Unix time).",
         "# TYPE tunefleet_verify_last_run_timestamp_seconds gauge",
-        f"tunefleet_verify_last_run_timestamp_seconds {_timestamp(report['generated_at']):.0f}",
+        f"tunefleet_verify_last_run_timestamp_seconds {_timestamp(report.get('generated_at')):.0f}",
         "# HELP tunefleet_verify_duration_seconds How long the last verify run took.",
         "# TYPE tunefleet_verify_duration_seconds gauge",
-        f"tunefleet_verify_duration_seconds {float(run.get('duration_s') or 0):.6f}",
+        f"tunefleet_verify_duration_seconds {finite_number(run.get('duration_s')) or 0:.6f}",
         "# HELP tunefleet_verify_exit_code Exit code of the last run: 0 ok, 1 failed, 3 could not check (ERROR).",
         "# TYPE tunefleet_verify_exit_code gauge",
-        f"tunefleet_verify_exit_code {int(report['summary']['exit_code'])}",
+        f"tunefleet_verify_exit_code {summary_of(report)[1]}",
     ]
     return "\n".join(lines) + "\n"

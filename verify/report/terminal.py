@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import shutil
 
-from verify.report import for_people, one_line
+from verify.report import for_people, host_of, one_line, summary_of
 from verify.report.bench_phase import lines as bench_lines
 
 COLOURS = {"FAIL": "\033[31m", "ERROR": "\033[35m", "WARN": "\033[33m", "SKIP": "\033[2m", "PASS": "\033[32m"}
@@ -28,7 +28,7 @@ def render(report: dict, width: int = 0, colour: bool = False) -> str:
             f"{one_line(r.expected, value_width):<{value_width}} {one_line(r.observed, value_width):<{value_width}} "
             f"{one_line(r.reason or r.remediation, reason_width)}"
         )
-    summary = report["summary"]
-    tally = "  ".join(f"{status} {count}" for status, count in summary["counts"].items())
-    lines += ["", *bench_lines(report), f"{report['host']}: {tally}  (exit code {summary['exit_code']})"]
+    tally_by_status, code = summary_of(report)
+    tally = "  ".join(f"{status} {count}" for status, count in tally_by_status.items())
+    lines += ["", *bench_lines(report), f"{host_of(report)}: {tally}  (exit code {code})"]
     return "\n".join(lines) + "\n"

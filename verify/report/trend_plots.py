@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from html import escape
 
+from verify.bounded_load import finite_number
+from verify.report import fact_text, listed, section
 from verify.report import plots as fleet_plots
 from verify.result import Status
 from verify.stats.outliers import median
@@ -25,11 +27,12 @@ class Point:
 
 def report_trends(report: dict) -> list:
     """SVG trends of a node report's "history" section (verify.history.cli.finish_local), [] without one."""
-    section = report.get("history") if isinstance(report.get("history"), dict) else {}
     svgs = []
-    for check_id, entry in sorted((section.get("trend") or {}).items()):
-        points = [Point(str(p[0]), "", str(p[1]), p[2]) for p in entry.get("points", []) if len(p) == 3]
-        svgs.append(trend(points, f"{check_id} over the last {len(points)} runs", str(entry.get("unit", ""))))
+    for check_id, entry in sorted(section(report, "history", "trend").items()):
+        # A damaged saved report: a point that is not [time, status, figure] is left out.
+        points = [Point(str(p[0]), "", str(p[1]), finite_number(p[2]))
+                  for p in listed(entry, "points") if isinstance(p, list) and len(p) == 3]
+        svgs.append(trend(points, f"{check_id} over the last {len(points)} runs", fact_text(entry, "unit", default="")))
     return [svg for svg in svgs if svg]
 
 
