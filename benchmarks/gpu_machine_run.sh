@@ -57,13 +57,17 @@ $py -m verify.bench.torch_hostcopy --size-bytes 1G --iters 10 >"$out/raw/hostcop
 $py -m verify bench hostcopy --tries 1 --json "$out/results/hostcopy.json"
 
 step "storage: 4 GiB file, cuFile and O_DIRECT (QD1 and QD4)"
-scratch=/var/tmp/tunefleet-gpu-run.bin
-$py -m verify.bench.odirect_read --file "$scratch" --create-bytes 4G --repeat 0 >/dev/null
+# A fresh mktemp directory (0700, ours): the file measured is the one made here, never one that
+# already sat at a fixed name (another user's, or a link to a device).
+scratch_dir=$(mktemp -d /var/tmp/tunefleet-gpu-run.XXXXXX) || exit 1
+trap 'rm -rf "$scratch_dir"' EXIT
+scratch=$scratch_dir/read.bin
+$py -m verify.bench.odirect_read --file "$scratch" --create-bytes 4G --repeat 0 >/dev/null || exit 1
 df -h /var/tmp >"$out/node/df-var-tmp.txt" 2>&1
 findmnt -T /var/tmp >>"$out/node/df-var-tmp.txt" 2>&1
 $py -m verify.bench.cufile_read --file "$scratch" --repeat 2 >"$out/raw/cufile.stdout" 2>"$out/raw/cufile.stderr"
 $py -m verify.bench.odirect_read --file "$scratch" --repeat 2 >"$out/raw/odirect_qd1.stdout" 2>"$out/raw/odirect_qd1.stderr"
 $py -m verify.bench.odirect_read --file "$scratch" --repeat 2 --queue-depth 4 >"$out/raw/odirect_qd4.stdout" 2>"$out/raw/odirect_qd4.stderr"
 $py -m verify bench storage --file "$scratch" --tries 1 --json "$out/results/storage.json"
-rm -f "$scratch"
+rm -rf "$scratch_dir"
 step "done"

@@ -1,6 +1,6 @@
 """O_DIRECT read throughput of tunefleet's built-in reader next to fio, same file and settings.
 
-    python3 benchmarks/odirect_vs_fio.py [--file F] [--size 2G] [--queue-depth 1] [--rounds 3]
+    python3 benchmarks/odirect_vs_fio.py [--dir DIR] [--size 2G] [--queue-depth 1] [--rounds 3]
 
 Both read the whole file once per round with 1 MiB blocks and O_DIRECT; rounds alternate
 (fio, built-in, fio, ...) so drift on the disk hits both alike. fio uses libaio with
@@ -17,6 +17,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -46,7 +47,8 @@ def fio_read_gbps(path: str, size: int, depth: int) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--file", default="/var/tmp/tunefleet-odirect-vs-fio.bin")
+    parser.add_argument("--dir", default="/var/tmp",
+                        help="where a fresh private directory holds the file read (made here, removed after)")
     parser.add_argument("--size", default="2G")
     parser.add_argument("--queue-depth", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=3)
@@ -56,18 +58,18 @@ def main() -> int:
         print("fio is not installed", file=sys.stderr)
         return 2
     size = parse_size(args.size)
-    created = not os.path.exists(args.file)
-    if created:
-        make_file(args.file, size)
+    # Never a fixed name: a fresh 0700 directory, so the file measured is the one this run wrote.
+    scratch = tempfile.mkdtemp(prefix="tunefleet-odirect-vs-fio-", dir=args.dir)
+    path = os.path.join(scratch, "read.bin")
+    make_file(path, size)
     try:
         fio, ours = [], []
         for index in range(args.rounds):
-            fio.append(fio_read_gbps(args.file, size, args.queue_depth))
-            ours.append(read_direct(args.file, 1 << 20, args.queue_depth, limit=size)["gbps"])
+            fio.append(fio_read_gbps(path, size, args.queue_depth))
+            ours.append(read_direct(path, 1 << 20, args.queue_depth, limit=size)["gbps"])
             print(f"round {index + 1}: fio {fio[-1]:.3f} GB/s   built-in {ours[-1]:.3f} GB/s")
     finally:
-        if created:
-            os.unlink(args.file)
+        shutil.rmtree(scratch, ignore_errors=True)
     fio_median, ours_median = statistics.median(fio), statistics.median(ours)
     ratio = ours_median / fio_median
     print(

@@ -40,10 +40,32 @@ warm_up_podman() {
     return 1
 }
 
+# What tunefleet itself writes as root (the history database, the ledger, the reboot marker, acks, reports,
+# and its owned drop-ins under /etc): a test that wrote there left the machine changed even when every
+# kernel value is back. TUNEFLEET_GUARD_PATHS (space-separated) replaces the list: the guard's own test.
+tunefleet_paths="${TUNEFLEET_GUARD_PATHS:-/var/lib/tunefleet /etc/tunefleet /run/tunefleet /var/log/tunefleet}"
+
+# One line per entry under each path (type, mode, owner, size, content hash), and every /etc file whose
+# name holds "tunefleet" (sysctl.d, limits.d, modules-load.d, udev rules, systemd drop-ins).
+snapshot_tunefleet_paths() {
+    local path
+    for path in $tunefleet_paths; do
+        if [ -e "$path" ] || [ -L "$path" ]; then
+            find "$path" -printf '%p %y %m %u:%g %s\n' | sort
+            find "$path" -type f -print0 | sort -z | xargs -0 -r sha256sum
+        else
+            echo "$path absent"
+        fi
+    done
+    [ -n "${TUNEFLEET_GUARD_PATHS:-}" ] || find /etc -name '*tunefleet*' -printf '%p %y %m %s\n' 2>/dev/null | sort
+}
+
 warm_up_podman || exit 1
 before="$(mktemp "${TMPDIR:-/tmp}/tunefleet-host-before.XXXXXX.json")"
-trap 'rm -f "$before"' EXIT
+paths_before="$(mktemp "${TMPDIR:-/tmp}/tunefleet-paths-before.XXXXXX.txt")"
+trap 'rm -f "$before" "$paths_before"' EXIT
 "$python" "$state" save "$before" --host >/dev/null || exit 1
+snapshot_tunefleet_paths > "$paths_before"
 
 "$@"
 rc=$?
@@ -54,6 +76,11 @@ drift=()
 [ -n "${TUNEFLEET_MOLECULE_ALLOW_HOST_DRIFT:-}" ] && drift=(--allow-drift "$TUNEFLEET_MOLECULE_ALLOW_HOST_DRIFT")
 if ! "$python" "$state" compare "$before" "${drift[@]}"; then
     echo "host guard FAILED: '$*' left the CI machine changed (see the differences above)"
+    [ "$rc" -eq 0 ] && rc=1
+fi
+echo "== host guard: tunefleet's own paths ($tunefleet_paths) against their snapshot from before"
+if ! diff -u --label before --label after "$paths_before" <(snapshot_tunefleet_paths); then
+    echo "host guard FAILED: '$*' wrote under tunefleet's own paths (see the differences above)"
     [ "$rc" -eq 0 ] && rc=1
 fi
 exit "$rc"

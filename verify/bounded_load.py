@@ -15,6 +15,8 @@ import math
 import re
 from typing import Any, Optional
 
+from verify.safe_io import TooLargeError, read_capped
+
 MAX_BYTES = 16 << 20  # a rendered desired state is ~10 KB, a node report ~100 KB
 MAX_DEPTH = 64  # the deepest real document (a node report's details) nests ~8 levels
 MAX_NODES = 2_000_000  # values after YAML aliases are expanded
@@ -24,16 +26,15 @@ class BoundedLoadError(ValueError):
     """A user file is too big, too deep, not UTF-8 or not JSON/YAML; the message names the file."""
 
 
-def read_bounded(path: str, max_bytes: int = MAX_BYTES, what: str = "file") -> bytes:
-    """The file's bytes, refused when larger than max_bytes (read no further than that)."""
+def read_bounded(path: str, max_bytes: int = MAX_BYTES, what: str = "file", follow_symlinks: bool = False) -> bytes:
+    """The file's bytes through the one bounded reader (verify.safe_io.read_capped): refused when larger
+    than max_bytes (read no further), a symlink (unless follow_symlinks), a FIFO or a device."""
     try:
-        with open(path, "rb") as handle:
-            data = handle.read(max_bytes + 1)
+        return read_capped(path, max_bytes, follow_symlinks=follow_symlinks)
+    except TooLargeError:
+        raise BoundedLoadError(f"{what} {path} is larger than {max_bytes} bytes: refused") from None
     except OSError as exc:
         raise BoundedLoadError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
-    if len(data) > max_bytes:
-        raise BoundedLoadError(f"{what} {path} is larger than {max_bytes} bytes: refused")
-    return data
 
 
 def decode(data: bytes, origin: str) -> str:

@@ -76,6 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_history_parser(sub)
     add_ack_parser(sub)
 
+    from verify.scheduler.cli import add_parser as add_check_parser
+
+    add_check_parser(sub)
+
     sub.add_parser("profiles", help="list the shipped hardware profiles")
 
     s = sub.add_parser("spec", help="print the desired state rendered from role defaults")
@@ -107,6 +111,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from verify.history.cli import main as run
     elif args.command == "ack":
         from verify.history.ack import main as run
+    elif args.command == "check":
+        from verify.scheduler.cli import main as run
     else:
         from verify.local_run import spec_main as run
     if args.command not in ("verify", "bench"):

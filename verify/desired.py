@@ -12,6 +12,8 @@ import os
 from pathlib import Path
 from typing import Optional
 
+from verify.safe_io import check_dir_trusted
+
 SCHEMA = "tunefleet.desired_state/v1"
 SECTIONS = ("sysctl", "network", "storage", "gpu", "memory", "limits", "cpu", "verify")
 
@@ -30,9 +32,15 @@ def project_root() -> Path:
     TUNEFLEET_HOME when set (a node's bundle, a playbook run); else the copy an installed wheel
     carries (verify/_data, written by setup.py's build step); else the checkout or installed
     collection this package sits in. Found from this file, never from the caller's cwd.
+    TUNEFLEET_HOME must pass verify.safe_io's trust check (its templates, roles and playbooks decide
+    what root renders and runs): SpecError naming it and why otherwise.
     """
     env = os.environ.get("TUNEFLEET_HOME")
     if env:
+        try:
+            check_dir_trusted(env)
+        except OSError as exc:
+            raise SpecError(f"TUNEFLEET_HOME={env}: {exc.strerror or exc}") from None
         return Path(env)
     package = Path(__file__).resolve().parent
     for candidate in (package / "_data", package.parent):
@@ -86,12 +94,28 @@ def validate_thresholds(thresholds: object, origin: str) -> None:
             raise SpecError(str(exc)) from None
 
 
+def template_environment(directory: Path, **options):
+    """The one Jinja environment tunefleet renders its own templates with (the desired state, the node
+    and fleet HTML reports): sandboxed, so a template can call no Python it was not handed, even one
+    from a tree that is not ours (jinja2.sandbox.SandboxedEnvironment). Controller side only."""
+    import jinja2
+    from jinja2.sandbox import SandboxedEnvironment
+
+    return SandboxedEnvironment(loader=jinja2.FileSystemLoader(str(directory)), **options)
+
+
 def role_defaults(root: Optional[Path] = None) -> dict:
     """Every role's defaults/main.yml merged (role variable names never collide: prefixed)."""
+    from verify.bounded_load import BoundedLoadError, decode, read_bounded
+
     root = root or project_root()
     merged: dict = {}
     for defaults in sorted((root / "roles").glob("*/defaults/main.yml")):
-        data = _yaml_load(defaults.read_text(encoding="utf-8"), str(defaults)) or {}
+        try:
+            text = decode(read_bounded(str(defaults), what="role defaults"), str(defaults))
+        except BoundedLoadError as exc:
+            raise SpecError(str(exc)) from None
+        data = _yaml_load(text, str(defaults)) or {}
         if not isinstance(data, dict):
             raise SpecError(f"{defaults}: defaults must be a mapping")
         merged.update(data)
@@ -106,14 +130,10 @@ def render_spec(overrides: Optional[dict] = None, hostname: str = "localhost", r
     variables = role_defaults(root)
     variables.update(overrides or {})
     variables["inventory_hostname"] = hostname
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(root / "templates")),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-    )
+    env = template_environment(root / "templates", undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     try:
         text = env.get_template("desired_state.json.j2").render(**variables)
-    except (jinja2.UndefinedError, TypeError) as exc:
+    except (jinja2.UndefinedError, TypeError, jinja2.exceptions.SecurityError) as exc:
         # StrictUndefined surfaces as UndefinedError, or TypeError once an undefined value is
         # used inside an expression (dict(**undefined)): both mean a role variable is missing.
         hint = "a role variable is missing or of the wrong type"

@@ -15,7 +15,7 @@ live node; over a tree (`--root TREE`) it is answered as a missing tool, and the
 the commands of the node the tree describes (the way tests replay a machine's captures).
 
 The directory decides verdicts that may drain a node, so it must be trusted like everything else
-root reads (verify.safe_io: owned by root, not writable by others, no symlinks), and each run that
+root reads (verify.safe_io: owned by root, not writable by others by mode or ACL, no symlinks), and each run that
 used it says so in the report (`injected_from`, and the commands answered).
 """
 from __future__ import annotations
@@ -88,8 +88,11 @@ def _read(directory: str, name: str) -> Optional[str]:
 def load(directory: str, real: Runner = run_command) -> InjectedRunner:
     """The runner for `directory`; InjectionError (naming the file) when it is unsafe or malformed."""
     try:
-        os.close(open_trusted_dir(directory))
-        names = sorted(os.listdir(directory))
+        dir_fd = open_trusted_dir(directory)  # mode bits, POSIX ACL and every parent (verify.safe_io)
+        try:
+            names = sorted(os.listdir(dir_fd))  # listed through the descriptor that was checked
+        finally:
+            os.close(dir_fd)
     except OSError as exc:
         raise InjectionError(f"--inject {directory}: {exc.strerror or exc}") from exc
     stems = sorted({n.rsplit(".", 1)[0] for n in names if n.endswith((".argv", ".match"))})

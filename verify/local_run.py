@@ -16,6 +16,7 @@ from verify import inject
 from verify.desired import SpecError, load_spec_file, load_vars_file, render_spec
 from verify.facts.node_facts import gather_facts
 from verify.node import Node
+from verify.report import WRITERS, OutDirError, build_report, check_out_dir, terminal, utc_now, write_reports
 from verify.result import EXIT_BAD_INPUT, CheckResult, Status, exit_code
 from verify.runner import run_command
 
@@ -55,8 +56,6 @@ def build_spec(spec_file: Optional[str], profile: Optional[str], vars_files: lis
 
 
 def parse_formats(text: str) -> list:
-    from verify.report import WRITERS
-
     formats = [f.strip() for f in (text or "").split(",") if f.strip()]
     unknown = [f for f in formats if f not in WRITERS]
     if unknown:
@@ -149,17 +148,20 @@ def verify_node(spec: dict, node: Node, bench: bool = True, bench_names: Optiona
     """Facts, config checks and (optionally) benchmarks for one node: the report document.
 
     Before any check runs, node.memo["lookback"] says from when the health checks judge kernel and
-    driver events: the host's last operator ack in `history` (verify.history.cli.RunHistory), else boot.
+    driver events: the host's last operator ack in `history` (verify.history.cli.RunHistory), else boot;
+    and node.memo["previous_counters"] holds the error counters the host's last recorded run read, which
+    the health checks judge the increase against (absent: since driver load).
     """
     from verify.checks import run_checks
     from verify.history.cli import lookback_of
     from verify.history.store import BOOT
-    from verify.report import build_report, utc_now
-
     started = utc_now()
     facts = gather_facts(node)  # first: the host name the history knows this node by
     lookback = BOOT if history is None else lookback_of(history, str(facts.get("host")))
     node.memo["lookback"] = lookback.to_memo()
+    previous = previous_counters_of(history, str(facts.get("host")))
+    if previous:
+        node.memo["previous_counters"] = previous
     start = time.perf_counter()
     timings: dict = {}
     results = run_checks(spec, node, timings=timings)
@@ -185,9 +187,22 @@ def verify_node(spec: dict, node: Node, bench: bool = True, bench_names: Optiona
     return build_report(spec, facts, results, run)
 
 
-def main(args) -> int:
-    from verify.report import WRITERS, terminal
+def previous_counters_of(history, host: str) -> dict:
+    """The counters of the host's last recorded run ({} with --no-history, without one, or when the history
+    cannot be read: then the failure is reported once with the run's other history rows, as for the lookback)."""
+    from verify.history.record import previous_counters
+    from verify.history.store import HistoryError
 
+    if history is None or history.store is None:
+        return {}
+    try:
+        return previous_counters(history.store, host)
+    except HistoryError as exc:
+        history.problem = history.problem or str(exc)
+        return {}
+
+
+def main(args) -> int:
     try:
         formats = parse_formats(args.format)
         spec = build_spec(args.spec, args.profile, args.vars, socket.gethostname())
@@ -237,7 +252,6 @@ def main(args) -> int:
 def write_each_format(report: dict, formats: list, out_dir: str, world_readable: bool) -> tuple:
     """(formats written, one message per format not written): each format on its own, so a renderer that
     fails on this report (a fact it did not expect) costs that format only, never the others."""
-    from verify.report import write_reports
     from verify.safe_io import UnsafePathError
 
     written, messages = [], []
@@ -271,25 +285,11 @@ def open_history(args):
 
 
 def ensure_writable_dir(path: str, world_readable: bool = False) -> None:
-    """Refuse an unusable report directory before any check runs, not after: one others can
-    change (a symlink or a directory planted by another user, see verify.safe_io), or one we
-    cannot write."""
-    import secrets
-
-    from verify.safe_io import PRIVATE_DIR, UnsafePathError, open_trusted_dir
-
+    """Refuse an unusable report directory before any check runs, not after (verify.report.check_out_dir)."""
     try:
-        dir_fd = open_trusted_dir(path, create=True, mode=0o755 if world_readable else PRIVATE_DIR)
-        try:
-            probe = f".tunefleet-write-test-{secrets.token_hex(6)}"
-            os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=dir_fd))
-            os.unlink(probe, dir_fd=dir_fd)
-        finally:
-            os.close(dir_fd)
-    except UnsafePathError as exc:
-        raise UsageError(f"report directory {path} cannot be used safely: {exc.strerror}") from exc
-    except OSError as exc:
-        raise UsageError(f"report directory {path} is not writable: {exc.strerror or exc}") from exc
+        check_out_dir(path, world_readable)
+    except OutDirError as exc:
+        raise UsageError(str(exc)) from exc
 
 
 def spec_main(args) -> int:

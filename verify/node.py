@@ -14,8 +14,12 @@ from typing import Callable, Optional
 from verify import kernel_rules
 from verify.kernel_rules import MAX_CPUS
 from verify.runner import CommandOutput, run_command
+from verify.safe_io import read_capped
 
 _INTEGER = re.compile(r"-?[0-9]{1,19}")  # ASCII, 64-bit: a 5000-digit "integer" is not a kernel value
+
+
+READ_CAP = 16 << 20  # the largest file a check reads whole (/proc/cpuinfo of 512 CPUs is ~1 MiB)
 
 
 class ReadError(ValueError):
@@ -47,12 +51,21 @@ class Node:
         return os.path.exists(self.path(absolute))
 
     def read(self, absolute: str) -> Optional[str]:
-        """The file's text, or None when it is absent or unreadable (EINVAL from sysfs included)."""
+        """The file's text, or None when it is absent, unreadable (EINVAL from sysfs included) or unsafe.
+
+        Bounded (verify.safe_io.read_capped): a regular file only, never more than READ_CAP bytes. Under
+        --root a link is followed only where it stays inside the tree (Debian's sysctl.d/99-sysctl.conf ->
+        ../sysctl.conf does; a planted link to the live /etc/shadow does not); on the live node links are
+        the kernel's and the distribution's (/etc/os-release -> ../usr/lib/os-release)."""
+        path = self.path(absolute)
+        live = self.root in ("/", "")
         try:
-            with open(self.path(absolute), encoding="utf-8", errors="replace") as handle:
-                return handle.read()
+            if not live:
+                path = os.path.realpath(path)
+            data = read_capped(path, READ_CAP, follow_symlinks=live, within=None if live else self.root)
         except OSError:
             return None
+        return data.decode("utf-8", errors="replace")
 
     def read_value(self, absolute: str) -> Optional[str]:
         text = self.read(absolute)

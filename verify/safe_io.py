@@ -5,12 +5,17 @@ write lets that user swap a name for a symlink between our check and our write, 
 file we then read or run. So, everywhere in this package:
 
 - a directory is used only when it and every directory above it can be changed by no one but
-  root and us (a sticky world-writable parent such as /tmp is fine for a child we own);
+  root and us (a sticky world-writable parent such as /tmp is fine for a child we own), by its
+  mode bits and by its POSIX ACL (a named user or group other than root granted write counts
+  as "others can write", whatever the group bits show);
 - a symlink is followed only when it sits in such a directory (someone trusted put it there);
 - a file is written as a new temporary name (O_CREAT|O_EXCL|O_NOFOLLOW) in that directory,
   its mode set on the open descriptor, then renamed over the final name;
 - a file named by something outside our control is read only when it is a regular file owned
-  by root or us, read through a descriptor and size-bounded (no FIFO, no /dev/zero).
+  by root or us, read through a descriptor and size-bounded (no FIFO, no /dev/zero);
+- every other file read from a path a user can name (node reports, --root trees, history inputs,
+  rules files) goes through one bounded reader (read_capped): no symlink followed at the last
+  component unless asked, no FIFO or device, never more than its cap (an error naming the file).
 
 Directories are walked one component at a time through descriptors (openat), so nothing can
 be swapped between the check and the use. Standard library only: this runs on bare nodes.
@@ -22,6 +27,8 @@ import errno
 import os
 import secrets
 import stat
+import struct
+import sys
 from typing import Optional, Union
 
 PRIVATE_FILE = 0o600
@@ -38,19 +45,65 @@ class UnsafePathError(OSError):
     """A path that someone other than root and us could change; the message names it and why."""
 
 
-def untrusted_because(st: os.stat_result, inside: bool = False) -> Optional[str]:
-    """Why a directory with this stat could be changed by someone else, or None when it cannot.
+# The kernel's binary POSIX ACL (include/uapi/linux/posix_acl_xattr.h): a little-endian u32 version (2),
+# then 8-byte entries of u16 tag, u16 permissions, u32 uid/gid.
+ACL_XATTR = "system.posix_acl_access"
+_ACL_VERSION = 2
+_ACL_HEADER = struct.Struct("<I")
+_ACL_ENTRY = struct.Struct("<HHI")
+ACL_USER, ACL_GROUP, ACL_MASK = 0x02, 0x08, 0x10
+_ACL_WRITE = 0x02
+
+
+def acl_writers(raw: bytes) -> list:
+    """("user"|"group", id) of each named ACL entry other than root that can write, given the ACL's bytes.
+
+    What a named entry may do is its permissions masked by ACL_MASK (the kernel's rule); an ACL this
+    code cannot parse is reported as one writer ("acl", -1) rather than trusted.
+    """
+    if len(raw) < _ACL_HEADER.size or (len(raw) - _ACL_HEADER.size) % _ACL_ENTRY.size:
+        return [("acl", -1)]
+    if _ACL_HEADER.unpack_from(raw)[0] != _ACL_VERSION:
+        return [("acl", -1)]
+    entries = [_ACL_ENTRY.unpack_from(raw, offset) for offset in range(_ACL_HEADER.size, len(raw), _ACL_ENTRY.size)]
+    mask = next((perm for tag, perm, _ in entries if tag == ACL_MASK), 0x07)
+    return [("user" if tag == ACL_USER else "group", ident) for tag, perm, ident in entries
+            if tag in (ACL_USER, ACL_GROUP) and ident != 0 and perm & mask & _ACL_WRITE
+            and not (tag == ACL_USER and ident == os.geteuid())]
+
+
+def _acl_writers_of(fd: int) -> list:
+    try:
+        raw = os.getxattr(fd, ACL_XATTR)
+    except OSError as exc:
+        if exc.errno in (errno.ENODATA, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS):
+            return []  # no ACL (or a filesystem without them): the mode bits are the whole story
+        raise
+    return acl_writers(raw)
+
+
+def untrusted_because(st: os.stat_result, inside: bool = False, fd: Optional[int] = None) -> Optional[str]:
+    """Why a directory (or file) with this stat could be changed by someone else, or None when it cannot.
 
     inside=True for a directory we only pass through to a child: a sticky world-writable one
     (/tmp) lets others add names but not rename or remove ours, and the child is checked itself.
+    fd (the open directory or file) adds its POSIX ACL: a named user or group other than root with
+    write (through the mask) is "others can write", even on a root:root 0755 directory.
     """
     mine = (0, os.geteuid())
     if st.st_uid not in mine:
         return f"is owned by uid {st.st_uid}, not root" + ("" if os.geteuid() == 0 else f" or uid {os.geteuid()}")
     if st.st_mode & stat.S_IWGRP and st.st_gid != 0:
         return f"is writable by group {st.st_gid} (mode {stat.S_IMODE(st.st_mode):04o})"
-    if st.st_mode & stat.S_IWOTH and not (inside and st.st_mode & stat.S_ISVTX):
+    sticky_pass = inside and st.st_mode & stat.S_ISVTX
+    if st.st_mode & stat.S_IWOTH and not sticky_pass:
         return f"is writable by everyone (mode {stat.S_IMODE(st.st_mode):04o})"
+    if fd is not None and not sticky_pass:
+        writers = _acl_writers_of(fd)
+        if writers:
+            named = ", ".join("an ACL this code cannot read" if kind == "acl" else f"{kind} {ident}"
+                              for kind, ident in writers)
+            return f"is writable through its POSIX ACL by {named}"
     return None
 
 
@@ -65,7 +118,7 @@ def open_trusted_dir(path: str, create: bool = False, mode: int = PRIVATE_DIR, f
     fd = os.open("/", _DIR_FLAGS)
     where, links = "/", 0
     try:
-        why = untrusted_because(os.fstat(fd), inside=True)
+        why = untrusted_because(os.fstat(fd), inside=True, fd=fd)
         if why:
             raise UnsafePathError(errno.EPERM, f"{path}: / {why}")
         while parts:
@@ -102,7 +155,7 @@ def open_trusted_dir(path: str, create: bool = False, mode: int = PRIVATE_DIR, f
                     fd, where = os.open("/", _DIR_FLAGS), "/"
                 continue
             child = os.open(name, _DIR_FLAGS, dir_fd=fd)
-            why = untrusted_because(os.fstat(child), inside=bool(parts) or for_child)
+            why = untrusted_because(os.fstat(child), inside=bool(parts) or for_child, fd=child)
             os.close(fd)
             fd, where = child, here
             if why:
@@ -189,46 +242,128 @@ def write_file_atomic(path: str, data: Union[str, bytes], mode: int = PRIVATE_FI
     return path
 
 
-def read_trusted_file(path: str, max_bytes: int = 64 * 1024) -> str:
-    """Text of `path` when it is a regular file owned by root (or us), no larger than max_bytes.
+_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
+DEFAULT_READ_CAP = 16 << 20  # a node report is ~100 KB, a whole `nvidia-smi -q` of 8 GPUs well under 1 MB
 
-    For files named by something we do not control (a process's arguments): never a FIFO (the
-    open would hang), a device (/dev/zero never ends), a symlink, or a file another user owns.
+
+class TooLargeError(UnsafePathError):
+    """A file holds more than its reader allows; the message names the file and the cap."""
+
+
+def _open_leaf(path: str, follow_symlinks: bool, dir_fd: Optional[int] = None, name: Optional[str] = None) -> int:
+    flags = _READ_FLAGS | (0 if follow_symlinks else os.O_NOFOLLOW)
+    try:
+        return os.open(name if name is not None else path, flags, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP and not follow_symlinks:
+            raise UnsafePathError(errno.ELOOP, f"{path} is a symlink; refusing to follow it as root") from exc
+        raise
+
+
+def read_capped_fd(fd: int, path: str, max_bytes: int) -> bytes:
+    """At most max_bytes of a regular file's descriptor; TooLargeError past that (checked before reading
+    when the size is known, so a 3 GiB sparse file costs nothing), UnsafePathError for a FIFO or device."""
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise UnsafePathError(errno.EPERM, f"{path} is not a regular file (a FIFO, device or socket); "
+                              "refusing to read it as root")
+    if st.st_size > max_bytes:
+        raise TooLargeError(errno.EFBIG, f"{path} is {st.st_size} bytes, more than the {max_bytes} allowed: refused")
+    chunks, total = [], 0
+    while total <= max_bytes:  # /proc and /sys files say size 0 or 4096 whatever they hold: read to the cap
+        chunk = os.read(fd, min(1 << 20, max_bytes + 1 - total))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+    if total > max_bytes:
+        raise TooLargeError(errno.EFBIG, f"{path} holds more than the {max_bytes} bytes allowed: refused")
+    return b"".join(chunks)
+
+
+def read_capped(path: str, max_bytes: int = DEFAULT_READ_CAP, follow_symlinks: bool = False,
+                within: Optional[str] = None) -> bytes:
+    """The one bounded reader for a file at a path a user can name (node reports, --root trees, history
+    inputs, rules files): a regular file only (no FIFO that hangs, no /dev/zero that never ends), no
+    symlink at the last component unless follow_symlinks, never more than max_bytes.
+
+    within: a tree the path must stay inside once its directories' links are resolved (--root TREE:
+    a link `etc -> /etc` planted in the tree must not put the live /etc/shadow in a report).
+    Raises TooLargeError (over the cap), UnsafePathError (link, FIFO, device, outside the tree) or
+    the OS's error (missing, unreadable); each message names the file.
     """
-    directory, name = os.path.split(os.path.abspath(path))
-    dir_fd = open_trusted_dir(directory)
+    if within is not None:
+        base = os.path.realpath(within)
+        where = os.path.realpath(os.path.dirname(os.path.abspath(path)))
+        if where != base and not where.startswith(base.rstrip("/") + "/"):
+            raise UnsafePathError(errno.EPERM, f"{path} leads out of {within} (to {where}): refusing to read it")
+    fd = _open_leaf(path, follow_symlinks)
     try:
-        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
-        try:
-            fd = os.open(name, flags, dir_fd=dir_fd)
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise UnsafePathError(errno.ELOOP, f"{path} is a symlink; refusing to read it as root") from exc
-            raise
-    finally:
-        os.close(dir_fd)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise UnsafePathError(errno.EPERM, f"{path} is not a regular file; refusing to read it as root")
-        if st.st_uid not in (0, os.geteuid()):
-            raise UnsafePathError(errno.EPERM, f"{path} is owned by uid {st.st_uid}, not root; refusing to trust it")
-        if st.st_size > max_bytes:
-            raise UnsafePathError(errno.EFBIG, f"{path} is {st.st_size} bytes, more than the {max_bytes} allowed")
-        data = os.read(fd, max_bytes + 1)
-        if len(data) > max_bytes:
-            raise UnsafePathError(errno.EFBIG, f"{path} holds more than the {max_bytes} bytes allowed")
-        return data.decode("utf-8", errors="replace")
+        return read_capped_fd(fd, path, max_bytes)
     finally:
         os.close(fd)
 
 
-def command_path() -> str:
-    """PATH for commands run as root: the fixed system directories, then the interpreter's own
-    (a venv's bin, where ansible-playbook and friends live), each only if others cannot change it."""
-    import sys
+def read_trusted_file(path: str, max_bytes: int = 64 * 1024) -> str:
+    """Text of `path` when it is a regular file owned by root (or us), no larger than max_bytes.
 
-    candidates = list(SYSTEM_PATH) + [os.path.dirname(os.path.abspath(sys.executable))]
+    For files named by something we do not control (a process's arguments, an injection directory):
+    never a FIFO (the open would hang), a device (/dev/zero never ends), a symlink, a file another user
+    owns or can write (mode bits or ACL), in a directory that fails open_trusted_dir.
+    """
+    directory, name = os.path.split(os.path.abspath(path))
+    dir_fd = open_trusted_dir(directory)
+    try:
+        fd = _open_leaf(path, False, dir_fd=dir_fd, name=name)
+    finally:
+        os.close(dir_fd)
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode):
+            why = untrusted_because(st, fd=fd)
+            if why:
+                raise UnsafePathError(errno.EPERM, f"{path} {why}; refusing to trust it")
+        return read_capped_fd(fd, path, max_bytes).decode("utf-8", errors="replace")
+    finally:
+        os.close(fd)
+
+
+def check_file_trusted(path: str) -> str:
+    """`path` (an executable given by explicit path, a file put on a Python path) when only root and we
+    can change it and its directory passes open_trusted_dir; a symlink is followed only when root or we
+    own it. Returns the path; UnsafePathError naming the owner or the writer otherwise."""
+    current, links = os.path.abspath(path), 0
+    while True:
+        directory, name = os.path.split(current)
+        dir_fd = open_trusted_dir(directory)
+        try:
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            if stat.S_ISLNK(st.st_mode):
+                links += 1
+                if links > _MAX_LINKS or st.st_uid not in (0, os.geteuid()):
+                    raise UnsafePathError(errno.EPERM, f"symlink {current} (for {path}) belongs to uid {st.st_uid}: "
+                                          "refusing to follow it as root")
+                current = os.path.normpath(os.path.join(directory, os.readlink(name, dir_fd=dir_fd)))
+                continue
+            fd = _open_leaf(current, False, dir_fd=dir_fd, name=name)
+        finally:
+            os.close(dir_fd)
+        try:
+            why = untrusted_because(os.fstat(fd), fd=fd)
+        finally:
+            os.close(fd)
+        if why:
+            raise UnsafePathError(errno.EPERM, f"{current}{'' if current == path else f' (for {path})'} {why}: "
+                                  "refusing to run or import it as root")
+        return path
+
+
+def command_path(interpreter_first: bool = False) -> str:
+    """PATH for commands run as root: the fixed system directories, then the interpreter's own
+    (a venv's bin, where ansible-playbook and friends live), each only if others cannot change it.
+    interpreter_first: the venv's bin first (Ansible's commands come from the same venv as tunefleet)."""
+    own = [os.path.dirname(os.path.abspath(sys.executable))]
+    candidates = own + list(SYSTEM_PATH) if interpreter_first else list(SYSTEM_PATH) + own
     kept = []
     for directory in candidates:
         if directory in kept:

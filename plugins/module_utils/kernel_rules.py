@@ -13,8 +13,10 @@ import re
 from typing import Iterable, List, Optional, Tuple
 
 __all__ = [
-    "AT_LEAST", "AT_MOST", "DIRECTION_NAMES", "DIRECTIONS", "EXACT", "KernelRuleError", "MAX_CPUS", "PROC_SYS",
-    "compare",
+    "AT_LEAST", "AT_MOST", "DIRECTION_NAMES", "DIRECTIONS", "EXACT", "KernelRuleError", "LIMIT_UNLIMITED", "MAX_CPUS",
+    "PAM_LIMITS_DIR", "PAM_LIMITS_FILE", "PROC_SYS", "SYSTEMD_CONF_DIRS", "SYSTEMD_CONF_FILE",
+    "compare", "higher_limit", "interface_name_problem", "limit_number", "pam_limit_in_force", "parse_pam_limits",
+    "parse_systemd_limits",
     "direction_of", "format_cpulist", "kernel_int", "normalise_value", "parse_choices", "parse_cpulist", "settle",
     "sysctl_key", "sysctl_key_problem", "sysctl_path", "value_words",
 ]
@@ -66,6 +68,28 @@ def sysctl_key(path: str) -> str:
     if problem:
         raise KernelRuleError(f"{path[:80]!r}: {key[:80]!r} {problem}")
     return key
+
+
+# ---------------------------------------------------------------- interface names
+
+# The kernel's rule (net/core/dev.c dev_valid_name): 1..15 bytes (IFNAMSIZ - 1), not `.` or `..`, no
+# `/`, `:` or whitespace. It accepts `a$(id>p)`; tunefleet's names reach boot scripts and unit files,
+# so it takes only the shell-safe subset on top (issue 28 item 5).
+_IFNAME_SAFE = re.compile(r"[A-Za-z0-9_.@-]+")
+IFNAME_MAX_BYTES = 15
+
+
+def interface_name_problem(name: object) -> Optional[str]:
+    """None for a name the kernel takes and a shell reads as one plain word, else why not."""
+    if not isinstance(name, str):
+        return f"an interface name is a string, not {type(name).__name__}"
+    size = len(name.encode("utf-8", "surrogateescape"))
+    if not 1 <= size <= IFNAME_MAX_BYTES or name in (".", "..") or re.search(r"[/:\s]", name):
+        return "is not an interface name (the kernel's rule: 1-15 bytes, not . or .., no '/', ':' or whitespace)"
+    if not _IFNAME_SAFE.fullmatch(name):
+        return ("holds characters outside [A-Za-z0-9_.@-], which tunefleet refuses "
+                "(the name reaches root's boot scripts)")
+    return None
 
 
 # ---------------------------------------------------------------- values
@@ -206,6 +230,94 @@ def compare(direction: str, observed: object, wanted: object) -> str:
     if direction in (AT_LEAST, AT_MOST) and settle(direction, observed, wanted) == normalise_value(observed):
         return "better"
     return "worse"
+
+
+# ---------------------------------------------------------------- resource limits (pam_limits, systemd)
+
+LIMIT_UNLIMITED = "unlimited"
+# pam_limits reads PAM_LIMITS_FILE, then PAM_LIMITS_DIR/*.conf in file-name order (Linux-PAM
+# modules/pam_limits/pam_limits.c). systemd reads SYSTEMD_CONF_FILE, then the drop-ins of these
+# directories ordered by file name, a later directory's file replacing a same-named one (systemd.syntax(7)).
+PAM_LIMITS_FILE = "/etc/security/limits.conf"
+PAM_LIMITS_DIR = "/etc/security/limits.d"
+SYSTEMD_CONF_FILE = "/etc/systemd/system.conf"
+SYSTEMD_CONF_DIRS = ("/usr/lib/systemd/system.conf.d", "/usr/local/lib/systemd/system.conf.d",
+                     "/run/systemd/system.conf.d", "/etc/systemd/system.conf.d")
+_LIMIT_SIZE = re.compile(r"([0-9]{1,20})([KMGTPE]?)")
+# pam_limits ranks (LIMITS_DEF_USER, _GROUP, _DEFAULT): a line for a more specific domain outranks a
+# wider one wherever it appears; among equal ranks the later line wins.
+_RANK_EXACT, _RANK_WILDCARD = 0, 4
+
+
+def parse_pam_limits(text: str) -> List[Tuple[str, str, str, str]]:
+    """(domain, type, item, value) of each limits.conf line, in file order; malformed lines are skipped as pam does."""
+    entries = []
+    for raw in text.splitlines():
+        fields = raw.split("#", 1)[0].split()
+        if len(fields) == 4:
+            entries.append((fields[0], fields[1].lower(), fields[2].lower(), fields[3].lower()))
+    return entries
+
+
+def parse_systemd_limits(texts: Iterable[str]) -> dict:
+    """[Manager] DefaultLimit* assignments (`NOFILE` -> `1024:524288`) of system.conf and its drop-ins, in
+    systemd's order: a later assignment wins."""
+    found = {}
+    for text in texts:
+        in_manager = False
+        for raw in text.splitlines():
+            line = raw.strip()
+            if line.startswith("["):
+                in_manager = line == "[Manager]"
+                continue
+            if not in_manager or line.startswith(("#", ";")) or "=" not in line:
+                continue
+            key, value = (part.strip() for part in line.split("=", 1))
+            if key.startswith("DefaultLimit") and value:
+                found[key[len("DefaultLimit"):]] = value
+    return found
+
+
+def limit_number(value: object) -> object:
+    """One limit (a pam_limits value, or one side of systemd's soft:hard, with systemd's 1024-based K..E
+    suffixes) as an int or LIMIT_UNLIMITED; None when it is neither."""
+    text = str(value).strip()
+    if text.lower() in ("unlimited", "infinity", "-1"):
+        return LIMIT_UNLIMITED
+    match = _LIMIT_SIZE.fullmatch(text.upper())
+    if not match:
+        return None
+    return int(match.group(1)) * 1024 ** "_KMGTPE".index(match.group(2)) if match.group(2) else int(match.group(1))
+
+
+def higher_limit(first: object, second: object) -> object:
+    """The larger of two limit_number()s (unlimited above every number); a None side loses."""
+    if first is None or second is None:
+        return second if first is None else first
+    if LIMIT_UNLIMITED in (first, second):
+        return LIMIT_UNLIMITED
+    return max(first, second)
+
+
+def pam_limit_in_force(entries: Iterable[Tuple[str, str, str, str, str]], domain: str, kind: str,
+                       item: str) -> Optional[Tuple[str, str]]:
+    """(value, file) a `domain` line of `kind` (soft/hard) for `item` would compete with: the other files'
+    line for the same domain, or for `*` when `domain` is a group (a group line outranks `*`, so writing
+    one would lower a higher `*` for the group's members). `*` never matches root. Entries are
+    (file, domain, type, item, value) in pam_limits' reading order. None when nothing sets it."""
+    best, rank = None, None
+    for path, their_domain, their_kind, their_item, value in entries:
+        if their_item != item or their_kind not in (kind, "-"):
+            continue
+        if their_domain == domain:
+            this_rank = _RANK_EXACT
+        elif their_domain == "*" and domain.startswith("@"):
+            this_rank = _RANK_WILDCARD
+        else:
+            continue
+        if rank is None or this_rank <= rank:
+            best, rank = (value, path), this_rank
+    return best
 
 
 # ---------------------------------------------------------------- CPU lists

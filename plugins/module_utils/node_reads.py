@@ -16,7 +16,15 @@ from typing import Callable, List, Optional
 
 from ansible_collections.tunefleet.gpu_node.plugins.module_utils import gpu_node, nics
 from ansible_collections.tunefleet.gpu_node.plugins.module_utils.block_devices import find_devices
-from ansible_collections.tunefleet.gpu_node.plugins.module_utils.kernel_rules import kernel_int
+from ansible_collections.tunefleet.gpu_node.plugins.module_utils.kernel_rules import (
+    PAM_LIMITS_DIR,
+    PAM_LIMITS_FILE,
+    SYSTEMD_CONF_DIRS,
+    SYSTEMD_CONF_FILE,
+    kernel_int,
+    parse_pam_limits,
+    parse_systemd_limits,
+)
 from ansible_collections.tunefleet.gpu_node.plugins.module_utils.preflight_checks import as_bool, on_root
 from ansible_collections.tunefleet.gpu_node.plugins.module_utils.sysfs import read_text
 
@@ -47,6 +55,29 @@ def governor_paths(root: str) -> List[str]:
         policies.add(policy)
         found.append("/" + os.path.relpath(path, on_root(root, "/")))
     return found
+
+
+def _conf_names(root: str, directory: str) -> List[str]:
+    try:
+        return sorted(name for name in os.listdir(on_root(root, directory)) if name.endswith(".conf"))
+    except OSError:
+        return []
+
+
+def limits_in_files(root: str) -> dict:
+    """The limits the node's own files set, in the order their readers take them, for the limits role to
+    keep a higher one (never lower it): `pam` as [file, domain, type, item, value] (limits.conf, then
+    limits.d/*.conf by name), `systemd` as [file, item, value] (system.conf, then the system.conf.d
+    drop-ins by name, a later directory replacing a same-named file). The role drops its own files."""
+    pam_files = [PAM_LIMITS_FILE] + [f"{PAM_LIMITS_DIR}/{name}" for name in _conf_names(root, PAM_LIMITS_DIR)]
+    pam = [[path] + list(entry) for path in pam_files for entry in parse_pam_limits(_read(root, path) or "")]
+    dropins: dict = {}
+    for directory in SYSTEMD_CONF_DIRS:
+        for name in _conf_names(root, directory):
+            dropins[name] = f"{directory}/{name}"
+    systemd = [[path, item, value] for path in [SYSTEMD_CONF_FILE] + [dropins[name] for name in sorted(dropins)]
+               for item, value in parse_systemd_limits([_read(root, path) or ""]).items()]
+    return {"pam": pam, "systemd": systemd}
 
 
 def gpu_persistence_disabled(smi: Optional[str], run: Runner) -> List[str]:
@@ -87,6 +118,7 @@ def read_node(root: str, variables: dict, roles: List[str], which: Callable[[str
     if "limits" in roles:
         text = _read(root, "/proc/sys/fs/nr_open")
         node["nr_open"] = kernel_int(text)
+        node["limits"] = limits_in_files(root)
     if "gpu" in roles:
         gpu = gpu_node.gather(root, which, module_known)
         wanted = as_bool(variables.get("gpu_persistence_mode", True))

@@ -16,14 +16,13 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
 
-from ansible_collections.tunefleet.gpu_node.plugins.module_utils import kernel_rules
+from ansible_collections.tunefleet.gpu_node.plugins.module_utils import kernel_rules, nics
 from ansible_collections.tunefleet.gpu_node.plugins.module_utils.block_devices import skip_reason
 
 MTU_MIN, MTU_MAX = 68, 65535
 REBOOT_POLICIES = ("never", "if_needed")
 HUGEPAGE_DIRS = {"memory_hugepages_2m": "hugepages-2048kB", "memory_hugepages_1g": "hugepages-1048576kB"}
 LIMIT_NAMES = ("limits_memlock", "limits_nofile", "limits_nproc", "limits_stack")
-_INTERFACE_NAME = re.compile(r"^[^/\s:]{1,15}$")
 _NCCL_KEY = re.compile(r"^[A-Z][A-Z0-9_]*$")
 _MAXMTU_TEXT = re.compile(r"\bmaxmtu (\d+)")
 BOOLEAN_REASON = "a YAML boolean (yes/no/true/false/on/off): write 0/1 or quote the intended string"
@@ -279,6 +278,17 @@ def mtu_problem(value: Any, max_mtu: Optional[int] = None) -> Optional[str]:
     return None
 
 
+def matched_name_problems(root: str, match: Dict[str, Any]) -> List[Problem]:
+    """The names the driver/PCI globs select on this host obey the same rule as names given one by one:
+    the network role writes them into root's boot script and units."""
+    try:
+        selected, _missing = nics.select_nics(on_root(root, "/sys"), [], match)
+    except OSError:
+        return []  # no /sys/class/net: nothing is selected, the network role has no NIC to tune
+    return [Problem("network_interface_match", match, f"selects interface {nic['name']!r}, which {problem}")
+            for nic in selected for problem in [kernel_rules.interface_name_problem(nic["name"])] if problem]
+
+
 def check_network(root: str, variables: Dict[str, Any], ip_details: IpDetails) -> List[Problem]:
     problems: List[Problem] = []
     mtu = variables.get("network_mtu")
@@ -293,8 +303,9 @@ def check_network(root: str, variables: Dict[str, Any], ip_details: IpDetails) -
         interfaces = []
     for name in interfaces:
         label = "network_interfaces"
-        if not isinstance(name, str) or not _INTERFACE_NAME.match(name):
-            problems.append(Problem(label, name, "is not an interface name"))
+        name_problem = kernel_rules.interface_name_problem(name)
+        if name_problem:
+            problems.append(Problem(label, name, name_problem))
             continue
         if not os.path.isdir(on_root(root, f"/sys/class/net/{name}")):
             problems.append(Problem(label, name, "no such interface on this host (/sys/class/net)"))
@@ -308,6 +319,8 @@ def check_network(root: str, variables: Dict[str, Any], ip_details: IpDetails) -
     match = variables.get("network_interface_match")
     if match is not None and (not isinstance(match, dict) or set(match) - {"driver", "pci"}):
         problems.append(Problem("network_interface_match", match, "must be a mapping with only 'driver' and/or 'pci'"))
+    elif match:
+        problems.extend(matched_name_problems(root, match))
     for variable in ("network_ring", "network_channels"):
         value = variables.get(variable)
         if value is None:
@@ -406,6 +419,9 @@ def check_memory(root: str, variables: Dict[str, Any]) -> List[Problem]:
             problems.append(Problem(variable, count, "must be a non-negative integer (pages)"))
         elif as_int(count) > 0 and not os.path.isdir(on_root(root, f"/sys/kernel/mm/hugepages/{directory}")):
             problems.append(Problem(variable, count, f"this host's kernel/CPU has no {directory} huge pages"))
+    exact = variables.get("memory_hugepages_exact")
+    if exact is not None and as_bool(exact) is None:
+        problems.append(Problem("memory_hugepages_exact", exact, "must be true or false"))
     per_node = variables.get("memory_hugepages_2m_per_node")
     if per_node is not None and not isinstance(per_node, dict):
         problems.append(Problem("memory_hugepages_2m_per_node", per_node, "must be a mapping of NUMA node to pages"))

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.tunefleet.gpu_node.plugins.module_utils.kernel_rules import EXACT, direction_of, settle
 from ansible_collections.tunefleet.gpu_node.plugins.module_utils.module_guard import failing_cleanly
 
 DOCUMENTATION = r"""
@@ -18,6 +19,8 @@ description:
   - With I(total), writes C(/proc/sys/vm/nr_hugepages); with I(per_node), writes
     C(/sys/devices/system/node/nodeN/hugepages/hugepages-2048kB/nr_hugepages) for each node given.
   - Reads every value first and writes only those that differ, so check mode reports what would change.
+  - The count is C(at_least) (kernel_rules.DIRECTIONS, C(memory.hugepages_2m)), so a pool already larger
+    than asked is kept, never shrunk, unless I(exact) is true.
   - The kernel may reserve fewer pages than asked (not enough free contiguous memory). The module
     reads the count back; when it is short it writes the previous values back and fails, so the
     node is left as it was.
@@ -29,6 +32,10 @@ options:
     description: NUMA node (C(0), C("0") or C(node0)) to number of 2 MiB pages.
     type: dict
     default: {}
+  exact:
+    description: Set the count asked even where the node has more pages (C(memory_hugepages_exact)).
+    type: bool
+    default: false
   proc_root:
     description: Root of procfs; tests point it at a fake tree.
     type: path
@@ -42,11 +49,16 @@ author: tunefleet developers
 
 RETURN = r"""
 pages:
-  description: Per path, the page count before and after, and the count asked for.
+  description: Per path, the page count before and after, the count asked for, and the count to have in force
+    (C(wanted), the larger of the two unless I(exact)).
   type: list
   returned: always
 paths:
   description: The paths whose count differs from the request.
+  type: list
+  returned: always
+kept:
+  description: One line per pool left above the count asked (at_least); empty with I(exact).
   type: list
   returned: always
 record:
@@ -63,12 +75,17 @@ class HugepagesError(ValueError):
     pass
 
 
+# The name of the 2 MiB count in kernel_rules.DIRECTIONS (total and per node alike).
+DIRECTION_NAME = "memory.hugepages_2m"
+
+
 @dataclass
 class PageTarget:
     label: str
     path: str
     current: int
-    wanted: int
+    wanted: int  # the count to have in force: `asked`, or the node's own larger one (at_least)
+    asked: int
 
 
 def node_number(key: object) -> int:
@@ -122,7 +139,7 @@ def targets(total: Optional[int], per_node: Dict[object, object], proc_root: str
         current = _read_int(path)
         if current is None:
             raise HugepagesError(f"cannot read {path}: this kernel has no huge page support")
-        return [PageTarget("total", path, current, total)]
+        return [PageTarget("total", path, current, total, total)]
     found = []
     for key, value in sorted(per_node.items(), key=lambda item: node_number(item[0])):
         node = node_number(key)
@@ -137,7 +154,7 @@ def targets(total: Optional[int], per_node: Dict[object, object], proc_root: str
                 f"memory_hugepages_2m_per_node: NUMA node {node} has no 2 MiB huge pages here "
                 f"({path} missing; nodes on this host: {', '.join(nodes) or 'none'})"
             )
-        found.append(PageTarget(f"node{node}", path, current, count))
+        found.append(PageTarget(f"node{node}", path, current, count, count))
     return found
 
 
@@ -158,9 +175,23 @@ def write_value(path: str, value: int) -> None:
         handle.write(str(value))
 
 
+def settle_targets(found: List[PageTarget], exact: bool) -> List[str]:
+    """Never shrink a larger pool (at_least) unless `exact`: each target's `wanted` becomes the count
+    to have in force. Returns one line per pool kept above the count asked (the result's `kept` and msg)."""
+    direction = direction_of(DIRECTION_NAME, [DIRECTION_NAME] if exact else [])
+    kept = []
+    for target in found:
+        target.wanted = int(settle(direction, target.current, target.asked))
+        if direction != EXACT and target.wanted > target.asked:
+            kept.append(f"{target.label}: {target.current} pages kept, more than the {target.asked} asked "
+                        "(at_least; memory_hugepages_exact: true sets the count asked)")
+    return kept
+
+
 def apply(total: Optional[int], per_node: Dict[object, object], proc_root: str, sysfs_root: str,
-          check_mode: bool, writer: Callable[[str, int], None] = write_value) -> dict:
+          check_mode: bool, writer: Callable[[str, int], None] = write_value, exact: bool = False) -> dict:
     wanted = targets(total, per_node, proc_root, sysfs_root)
+    kept = settle_targets(wanted, exact)
     to_write = [t for t in wanted if t.current != t.wanted]
     warnings = []
     after = {t.path: t.wanted for t in wanted}
@@ -187,8 +218,8 @@ def apply(total: Optional[int], per_node: Dict[object, object], proc_root: str, 
             if (after[t.path] or 0) > t.wanted:
                 warnings.append(f"{t.label}: {after[t.path]} pages remain instead of {t.wanted}: pages in use are "
                                 "released when their users free them")
-    pages = [{"name": t.label, "path": t.path, "before": t.current, "after": after[t.path], "wanted": t.wanted}
-             for t in wanted]
+    pages = [{"name": t.label, "path": t.path, "before": t.current, "after": after[t.path], "wanted": t.wanted,
+              "asked": t.asked} for t in wanted]
     return {
         "changed": bool(to_write),
         "pages": pages,
@@ -197,8 +228,9 @@ def apply(total: Optional[int], per_node: Dict[object, object], proc_root: str, 
         "warnings": warnings,
         "diff": {"before": "".join(f"{p['name']}: {p['before']}\n" for p in pages),
                  "after": "".join(f"{p['name']}: {p['after']}\n" for p in pages)},
-        "msg": ", ".join(f"{p['name']} {p['before']} -> {p['after']}" for p in pages if p["before"] != p["after"])
-        or "2 MiB huge pages already as asked",
+        "kept": kept,
+        "msg": "; ".join([f"{p['name']} {p['before']} -> {p['after']}" for p in pages if p["before"] != p["after"]]
+                         + kept) or "2 MiB huge pages already as asked",
     }
 
 
@@ -218,6 +250,7 @@ def main() -> None:
         argument_spec={
             "total": {"type": "int"},
             "per_node": {"type": "dict", "default": {}},
+            "exact": {"type": "bool", "default": False},
             "proc_root": {"type": "path", "default": "/proc"},
             "sysfs_root": {"type": "path", "default": "/sys"},
         },
@@ -227,7 +260,7 @@ def main() -> None:
         params = module.params
         try:
             result = apply(params["total"], params["per_node"], params["proc_root"], params["sysfs_root"],
-                           module.check_mode)
+                           module.check_mode, exact=params["exact"])
         except HugepagesError as exc:
             module.fail_json(msg=str(exc))
         for warning in result.pop("warnings"):

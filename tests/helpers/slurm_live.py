@@ -29,8 +29,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _conf(base: Path, host: str) -> str:
-    return "\n".join([
+def _conf(base: Path, host: str, extra: tuple = ()) -> str:
+    return "\n".join([*extra,
         "ClusterName=tunefleet-test",
         f"SlurmctldHost={host}(127.0.0.1)",
         f"SlurmctldPort={_free_port()}", f"SlurmdPort={_free_port()}",
@@ -47,8 +47,9 @@ def _conf(base: Path, host: str) -> str:
 
 
 @contextlib.contextmanager
-def local_slurm(tmp_path: Path) -> Iterator:
-    """Yields a runner (verify.runner.run_command's call) whose commands talk to this cluster."""
+def local_slurm(tmp_path: Path, extra: tuple = ()) -> Iterator:
+    """Yields a runner (verify.runner.run_command's call) whose commands talk to this cluster; `extra` are
+    more slurm.conf lines (HealthCheckProgram=, Prolog=, ...), and the runner's `conf` the slurm.conf path."""
     missing = [d for d in DAEMONS if not shutil.which(d)]
     if missing or os.geteuid() != 0:
         pytest.skip(f"needs root and Debian's slurmctld, slurmd, slurm-client and munge ({', '.join(missing)} absent)")
@@ -59,7 +60,7 @@ def local_slurm(tmp_path: Path) -> Iterator:
     key.write_bytes(os.urandom(1024))
     key.chmod(0o600)
     conf = base / "slurm.conf"
-    conf.write_text(_conf(base, socket.gethostname().split(".")[0]))
+    conf.write_text(_conf(base, socket.gethostname().split(".")[0], tuple(extra)))
     env = dict(os.environ, SLURM_CONF=str(conf))
     procs = []
     try:
@@ -75,6 +76,8 @@ def local_slurm(tmp_path: Path) -> Iterator:
 
         def runner(argv, timeout_s: float = 60.0, env=None, cwd=None):
             return run_command(argv, timeout_s=timeout_s, env=dict(env or {}, SLURM_CONF=str(conf)), cwd=cwd)
+
+        runner.conf = conf
 
         def ready() -> bool:
             out = runner(["scontrol", "-o", "show", "node", NODE], timeout_s=5)

@@ -24,7 +24,9 @@ DEEP_JSON = "[" * 100000 + "]" * 100000
 
 def tunefleet(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "verify", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+                          timeout=120, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin",
+                                            # each run's history in the test's directory, never the machine's
+                                            "TUNEFLEET_HISTORY": str(cwd / "history.sqlite")})
 
 
 @pytest.fixture

@@ -328,3 +328,16 @@ def test_every_health_check_skips_with_a_reason_on_a_node_without_gpus_or_hcas(t
     results = run_checks(desired_state(), FakeTree(tmp_path).node(runner=runner, live=True), names=names)
     assert [r.status for r in results] == [Status.SKIP] * len(names) and all(r.reason for r in results)
     assert runner.calls == []  # nothing run where there is nothing to read
+
+
+def test_uncorrectable_errors_are_said_as_the_increase_since_the_last_run():
+    gpu = health_smi.parse(with_field(IDLE, "ecc.errors.uncorrected.volatile.total", "5"))[0]
+    first = health_gpu.judge_memory(gpu)
+    assert "5 uncorrectable ECC error(s) since the driver loaded" in first.reason
+    later = health_gpu.judge_memory(gpu, {"ecc.errors.uncorrected.volatile.total": 2})
+    assert "3 uncorrectable ECC error(s) since the last run (5 since the driver loaded)" in later.reason
+    same = health_gpu.judge_memory(gpu, {"ecc.errors.uncorrected.volatile.total": 5})
+    assert "no new uncorrectable ECC error since the last run" in same.reason
+    assert same.status is Status.WARN and same.details["action"] == "reset-gpu"  # still not reset: still its advice
+    reloaded = health_gpu.judge_memory(gpu, {"ecc.errors.uncorrected.volatile.total": 9})  # the driver reloaded
+    assert "5 uncorrectable ECC error(s) since the driver loaded" in reloaded.reason

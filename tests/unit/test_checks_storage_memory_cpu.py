@@ -57,10 +57,19 @@ def test_hugepages_total_and_per_node(tmp_path):
     assert results["memory.thp_defrag"].status is Status.PASS
 
 
-def test_more_pages_than_asked_warns_and_zero_means_unmanaged(tmp_path):
+def test_more_pages_than_asked_pass_as_kept_warn_only_when_exact_and_zero_means_unmanaged(tmp_path):
+    # The 2 MiB count is at_least (kernel_rules.DIRECTIONS): the role keeps a larger pool, so verify PASSes it.
     tree = FakeTree(tmp_path).write("/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages", "2048\n")
+    tree.write("/sys/devices/system/node/node0/hugepages/hugepages-2048kB/nr_hugepages", "700\n")
     results = {r.check_id: r for r in memory.run(desired_state(), tree.node())}
-    assert results["memory.hugepages_2m"].status is Status.WARN
+    kept = results["memory.hugepages_2m"]
+    assert kept.status is Status.PASS and kept.observed == 2048 and "kept (at_least)" in kept.reason
+    per_node = desired_state(memory={"hugepages_2m": 0, "hugepages_2m_per_node": {"0": 512}})
+    node0 = {r.check_id: r for r in memory.run(per_node, tree.node())}["memory.hugepages_2m.node0"]
+    assert node0.status is Status.PASS and "NUMA node 0 has 700 pages" in node0.reason
+    exact = desired_state(memory={"hugepages_exact": True})
+    forced = {r.check_id: r for r in memory.run(exact, tree.node())}["memory.hugepages_2m"]
+    assert forced.status is Status.WARN and "memory_hugepages_exact" in forced.reason
     zero = memory.run(desired_state(memory={"hugepages_2m": 0}), tree.node())
     assert {r.check_id: r.status for r in zero}["memory.hugepages_2m"] is Status.SKIP
 

@@ -34,7 +34,7 @@ def test_chromium_shows_the_bad_host_first_with_its_reason_and_draws_the_plots(p
     assert "575.57.08" in dom  # the driver off the majority
     matrix_hosts = re.findall(r'<tr data-host="([^"]+)" data-worst="([A-Z]+)">', dom)
     assert matrix_hosts[0] == ("gpu-00000", "FAIL") and len(matrix_hosts) == 12
-    assert dom.count("<svg") == 2  # busbw curves and the distribution
+    assert dom.count('<svg class="plot"') == 2  # busbw curves and the distribution (bars are their own svg)
     assert 'class="curve" data-host="gpu-00000" fill="none" stroke="#c0392b"' in dom  # the outlier in red
 
 

@@ -70,4 +70,4 @@ def test_cli_prints_the_plan_as_json(capsys):
 @pytest.mark.parametrize("bad", ["not json", '{"a": 1}'])
 def test_cli_rejects_bad_results_with_one_message(capsys, bad):
     assert main(["verdicts", "--hosts", '["a"]', "--results", bad]) == 2
-    assert "bad --hosts or --results" in capsys.readouterr().err
+    assert "pairing: bad --hosts" in capsys.readouterr().err

@@ -175,11 +175,34 @@ def test_a_fleet_run_drains_its_failing_hosts_by_inventory_name(tmp_path):
     run = fleet_run_dir(tmp_path, "run0", {"a": 340.0, "b": 341.0})
     assert main(["report", str(run), "--format", "json"]) == 1
     args = build_parser().parse_args(["verify", "-i", "inventory.ini", "--history", str(tmp_path / "h.sqlite"),
-                                      "--on-fail", "drain", "--scheduler", "slurm", "--dry-run"])
+                                      "--on-fail", "drain", "--scheduler", "slurm", "--dry-run", "--drain-cap", "100%"])
     lines: list = []
     finish_fleet(prepare(args), str(run), lines.append, node)
-    drains = [line for line in lines if "scheduler.drain" in line]
+    drains = [line for line in lines if "scheduler.drain " in line]
     assert len(drains) == 2 and "scheduler.drain a: dry run: would run scontrol update NodeName=a State=DRAIN " \
         "'Reason=tunefleet: limits.login.memlock" in drains[0]
     assert [c[:2] for c in node.runner.calls] == [["scontrol", "-o"]] * 2  # read only: a dry run
     assert sqlite3.connect(tmp_path / "h.sqlite").execute("SELECT count(*) FROM runs").fetchone()[0] == 2
+
+
+def test_a_fleet_run_drains_no_more_than_the_cap_and_names_the_hosts_it_held_back(tmp_path):
+    from tests.helpers.replay import ReplayRunner
+    from verify.cli import build_parser
+    from verify.fleet.recording import finish_fleet
+    from verify.history.cli import prepare
+    from verify.node import Node
+    from verify.runner import CommandOutput
+
+    scheduler = Path(__file__).resolve().parents[1] / "fixtures" / "scheduler"
+    record = json.loads((scheduler / "slurm_show_idle.json").read_text())
+    node = Node(runner=ReplayRunner({"scontrol": CommandOutput(record["argv"], 0, record["stdout"], "", 0.0)}))
+    run = fleet_run_dir(tmp_path, "run0", {"a": 340.0, "b": 341.0})
+    main(["report", str(run), "--format", "json"])
+    # the default cap, 10% of 2 hosts: one drained, the other named, never drained
+    args = build_parser().parse_args(["verify", "-i", "inventory.ini", "--history", str(tmp_path / "h.sqlite"),
+                                      "--on-fail", "drain", "--scheduler", "slurm", "--dry-run"])
+    lines: list = []
+    finish_fleet(prepare(args), str(run), lines.append, node)
+    assert len([line for line in lines if "scheduler.drain " in line]) == 1
+    held = [line for line in lines if "scheduler.drain_cap" in line]
+    assert len(held) == 1 and "drain cap reached" in held[0] and "not drained: b" in held[0]

@@ -165,3 +165,60 @@ def test_real_slurm_drain_and_resume(tmp_path):
         kept = act(node, "resume", NODE, "auto")
         assert kept.scheduler == "slurm" and kept.status == Status.SKIP and "someone else" in kept.message
         assert slurm_state(runner(["scontrol", "-o", "show", "node", NODE]).stdout)[1] == "bad fan (bob)"
+
+
+# ---- the drain guard (issue 29): a cap on how much of the fleet tunefleet may drain -------------------
+
+from verify.history.drain import DEFAULT_CAP, cap_allows, cap_count, drained_by_us, parse_cap, plan  # noqa: E402
+
+
+def test_the_cap_is_a_share_or_a_count_and_bad_text_is_refused_by_name():
+    assert parse_cap("10%") == ("share", 10.0) and parse_cap("3") == ("count", 3)
+    for bad in ("ten", "150%", "2.5", "-1"):
+        with pytest.raises(ValueError, match="drain cap"):
+            parse_cap(bad)
+    assert DEFAULT_CAP == "10%" and cap_count("10%", 40) == 4 and cap_count("10%", 5) == 1  # at least one
+    assert cap_count("0", 40) == 0 and cap_count("0%", 40) == 0 and cap_count("3", 40) == 3
+
+
+def test_a_run_drains_no_more_than_the_cap_and_names_every_host_it_held_back():
+    failing = [(f"gpu-{n:02d}", f"health.gpu.xid.{n}: Xid 79") for n in range(7)]
+    decided = plan(failing, total_hosts=40)
+    assert [host for host, _ in decided.drain] == ["gpu-00", "gpu-01", "gpu-02", "gpu-03"]
+    row = decided.held_row()
+    assert row.status == Status.WARN and row.reason.startswith("drain cap reached: 4 of 40 hosts (cap 10%)")
+    assert row.details["not_drained"] == ["gpu-04", "gpu-05", "gpu-06"] and "gpu-06" in row.reason
+    assert plan(failing, 40, "10%", already_drained=3).drain == failing[:1]
+    assert plan(failing[:2], 40).held_row() is None
+
+
+def nodes_answer(*names_and_shows) -> CommandOutput:
+    """`scontrol -o show nodes`: one real `show node` line per node, renamed."""
+    lines = [exchange(show).stdout.strip().replace(f"NodeName={NODE} ", f"NodeName={name} ", 1)
+             for name, show in names_and_shows]
+    return CommandOutput(["scontrol", "-o", "show", "nodes"], 0, "\n".join(lines) + "\n", "", 0.0)
+
+
+def test_a_node_is_not_drained_once_tunefleet_holds_the_cap_of_the_cluster():
+    cluster = [("gpu-01", "slurm_show_drained_by_tunefleet"), ("gpu-02", "slurm_show_drained_by_operator")] + \
+        [(f"gpu-{n:02d}", "slurm_show_idle") for n in range(3, 11)]  # 10 nodes, one drained by tunefleet
+    node = Node(runner=ReplayRunner({("scontrol", "-o", "show", "nodes"): nodes_answer(*cluster)}))
+    assert drained_by_us(node, "slurm") == (10, ["gpu-01"])  # the operator's drain is not ours
+    allowed, row = cap_allows(node, "gpu-05", "10%", "slurm")
+    assert not allowed and row.details["not_drained"] == ["gpu-05"]
+    assert row.details["drained_by_tunefleet"] == ["gpu-01"]
+    assert cap_allows(node, "gpu-05", "20%", "slurm") == (True, None)
+    assert cap_allows(node, "gpu-01", "10%", "slurm") == (True, None)  # already ours: the reason is refreshed
+    bare = Node(runner=ReplayRunner())
+    assert cap_allows(bare, "gpu-05", "0", "auto") == (True, None)  # cannot ask: the drain itself says why
+
+
+@pytest.mark.slow
+@pytest.mark.root
+def test_real_slurm_counts_the_nodes_tunefleet_drained(tmp_path):
+    with local_slurm(tmp_path) as runner:
+        node = Node(runner=runner)
+        assert drained_by_us(node, "slurm") == (1, [])
+        assert act(node, "drain", NODE, "slurm", FAILURE).status == Status.PASS
+        assert drained_by_us(node, "auto") == (1, [NODE])
+        assert act(node, "resume", NODE, "slurm").status == Status.PASS

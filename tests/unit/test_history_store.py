@@ -2,6 +2,7 @@
 and a foreign, newer, damaged or linked file refused by name and left byte for byte as it was."""
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import stat
@@ -14,6 +15,7 @@ import pytest
 
 from verify.history.store import (
     APPLICATION_ID,
+    COUNTERS_BODY_LIMIT,
     MIGRATIONS,
     SCHEMA_VERSION,
     HistoryError,
@@ -68,8 +70,26 @@ def test_a_version_1_history_is_migrated_in_place_and_keeps_its_runs(tmp_path):
         newest = store.past_runs("gpu-01", 5)[0]
         assert newest.config == {"sysctl.vm.swappiness": "60"}  # the column migration 2 added
     migrated = sqlite3.connect(path)
-    assert migrated.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+    assert migrated.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
     assert migrated.execute("SELECT count(*) FROM acks").fetchone()[0] == 0  # the table migration 3 added
+    assert migrated.execute("SELECT count(*) FROM counters").fetchone()[0] == 0  # the table migration 4 added
+
+
+def test_a_run_keeps_its_counters_bounded_and_the_next_run_reads_the_last_runs_only(tmp_path):
+    nvlink = {"0": {"CRC Errors": 3, "Replay Errors": 0}}
+    too_big = {str(link): {f"Counter {n}": 0 for n in range(40)} for link in range(18)}
+    depth = {"health.nvlink.0": 2, "health.nvlink.1": 2, "health.ib.mlx5_0/1": 1}.get
+    with open_store(str(tmp_path / "h.sqlite")) as store:
+        assert store.last_counters("gpu-01", depth) == {}  # no run yet
+        first = run(key="r1")
+        first.counters = {"health.nvlink.0": nvlink, "health.nvlink.1": too_big, "health.ib.mlx5_0/1": {"x": 1}}
+        store.record(first)
+        assert store.last_counters("gpu-01", depth) == {"health.nvlink.0": nvlink, "health.ib.mlx5_0/1": {"x": 1}}
+        assert store.last_counters("gpu-01", {"health.nvlink.0": 2}.get) == {"health.nvlink.0": nvlink}
+        store.record(run(key="r2", started="2026-11-23T00:00:00+00:00"))  # read nothing: no earlier reading
+        assert store.last_counters("gpu-01", depth) == {}
+        assert store.last_counters("gpu-02", depth) == {} and store.warnings == []
+    assert len(json.dumps(too_big, separators=(",", ":"))) > COUNTERS_BODY_LIMIT
 
 
 def _bytes(path: Path) -> bytes:

@@ -49,7 +49,7 @@ def read(root: Path, roles, variables=None, which=no_tool, run=None):
 def test_only_the_roles_that_run_are_read(tmp_path):
     # no marker path given: the reboot role looks itself
     assert read(tmp_path, []) == {"reboot_marker_present": True, "systemd": False}
-    assert set(read(tmp_path, ["memory", "limits"])) == {"thp", "nr_open", "reboot_marker_present", "systemd"}
+    assert set(read(tmp_path, ["memory", "limits"])) == {"thp", "nr_open", "limits", "reboot_marker_present", "systemd"}
 
 
 def test_systemd_is_seen_by_its_runtime_directory(tmp_path):
@@ -67,11 +67,11 @@ def test_a_reboot_marker_is_seen_even_as_a_dangling_link(tmp_path):
 
 def test_thp_and_nr_open(tmp_path):
     assert read(tmp_path, ["memory", "limits"]) == {"thp": False, "nr_open": None, "reboot_marker_present": True,
-                                                    "systemd": False}
+                                                    "systemd": False, "limits": {"pam": [], "systemd": []}}
     write(tmp_path, node_reads.THP_ENABLED, "always [madvise] never\n")
     write(tmp_path, "/proc/sys/fs/nr_open", "1048576\n")
     assert read(tmp_path, ["memory", "limits"]) == {"thp": True, "nr_open": 1048576, "reboot_marker_present": True,
-                                                    "systemd": False}
+                                                    "systemd": False, "limits": {"pam": [], "systemd": []}}
     write(tmp_path, "/proc/sys/fs/nr_open", "garbage\n")
     assert read(tmp_path, ["limits"])["nr_open"] is None  # preflight judged it; no number, no ceiling
 

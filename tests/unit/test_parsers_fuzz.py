@@ -41,8 +41,11 @@ from verify.checks import common as checks_common  # noqa: E402
 from verify.checks import conflicts, ethtool_params, limits, nccl_conf, path_mtu, peermem  # noqa: E402
 from verify.facts import gpu_query, health_smi, kernel_log, links, node_facts, versions  # noqa: E402
 from verify.fleet import baseline, baseline_rules, model  # noqa: E402
+from verify.history import drain  # noqa: E402
 from verify.judging import thresholds  # noqa: E402
 from verify.result import Status  # noqa: E402
+from verify.scheduler import kernel_events  # noqa: E402
+from verify.scheduler import state as scheduler_state  # noqa: E402
 
 FIXTURES = REPO / "tests" / "fixtures"
 HANG_S = 10  # one call longer than this is a hang (a 5000-digit number through a backtracking regex)
@@ -302,6 +305,16 @@ PARSERS = [
     Parser("verify.fleet.model:load_fleet_dir", in_root("/h1/report.json", lambda r: _fleet_report(r)), (),
            _fixture("fleet/node_report_ci_vm.json", "node/gpu_machine_report.json")),
     # plugins: each module's own error (fail_json with it, never a traceback)
+    Parser("plugins.module_utils.kernel_rules:parse_pam_limits", lambda d: kernel_rules.parse_pam_limits(text(d)), (),
+           _fixture("node/etc/limits.conf.debian12")),
+    Parser("plugins.module_utils.kernel_rules:parse_systemd_limits",
+           lambda d: kernel_rules.parse_systemd_limits([text(d)]), (), _fixture("node/etc/system.conf.debian12")),
+    Parser("verify.history.drain:parse_cap", lambda d: drain.parse_cap(text(d)), (ValueError,), [b"10%", b"3", b"0"]),
+    Parser("verify.scheduler.kernel_events:parse_kmsg_record", lambda d: kernel_events.parse_kmsg_record(d), (),
+           [b"6,339,5140900,-;NVRM: Xid (PCI:0000:00:06): 79, pid='<unknown>', name=<unknown>, GPU has fallen off "
+            b"the bus.\n SUBSYSTEM=pci\n", b"4,1,0,-;usb 1-1: new device\n"]),
+    Parser("verify.scheduler.state:parse", lambda d: scheduler_state.parse(text(d)), (ValueError,),
+           [b'{"schema": "tunefleet.scheduler_state/v1", "boot_id": "x", "kernel_uptime_s": 1.5, "open_events": []}']),
     Parser("plugins.module_utils.kernel_rules:parse_cpulist", lambda d: kernel_rules.parse_cpulist(text(d)),
            (kernel_rules.KernelRuleError,), [b"0-3,8,10-11", b"0-7:1/2\n"]),
     Parser("plugins.module_utils.kernel_rules:parse_choices", lambda d: kernel_rules.parse_choices(text(d)), (),
@@ -419,6 +432,11 @@ EXEMPT = {
     "verify.facts.kernel_log:_read_kernel_log": "the unmemoised read_kernel_log",
     "verify.facts.hardware:read_nvlinks": "runs nvidia-smi nvlink --status; parse_nvlink_status is fuzzed",
     "verify.inject:_read": "read_trusted_file of one capture file; load() is tested in test_inject.py",
+    "verify.safe_io:read_capped": "the bounded reader itself (test_security_reads.py plants FIFOs, links, /dev/zero)",
+    "verify.safe_io:read_capped_fd": "the bounded reader itself, by descriptor",
+    "verify.scheduler.kernel_events:read_kmsg": "reads /dev/kmsg; each record goes to parse_kmsg_record (fuzzed)",
+    "verify.scheduler.kernel_events:read_since": "read_kmsg from a cursor",
+    "verify.scheduler.nvml:read_raw": "NVML calls, no text parsed",
     "verify.checks.health_*:*": "helper F's new health checks; run through verify.checks:run_checks",
 }
 
@@ -573,3 +591,9 @@ def test_nan_and_impossible_figures_never_pass():
         assert status == Status.ERROR
         status, _ = thresholds.Threshold(limit=1.0, kind="max").judge(bad)
         assert status == Status.ERROR
+
+
+def test_a_deeply_nested_scheduler_state_is_a_value_error_not_a_crash():
+    # json.loads raised RecursionError on it: the prolog would have ended with a traceback
+    with pytest.raises(ValueError, match="scheduler state"):
+        scheduler_state.parse("[" * 100_000 + "]" * 100_000)

@@ -160,8 +160,29 @@ def test_total_is_written_and_read_back(tmp_path):
     result = hugepages.apply(1024, {}, proc, sysfs, check_mode=False)
     assert result["changed"] is True
     assert result["pages"] == [{"name": "total", "path": f"{proc}/sys/vm/nr_hugepages",
-                                "before": 0, "after": 1024, "wanted": 1024}]
+                                "before": 0, "after": 1024, "wanted": 1024, "asked": 1024}]
     assert hugepages.apply(1024, {}, proc, sysfs, check_mode=False)["changed"] is False
+
+
+def test_a_larger_pool_is_kept_total_and_per_node_and_said(tmp_path):
+    # at_least (kernel_rules.DIRECTIONS memory.hugepages_2m): another service's larger pool is never shrunk.
+    proc, sysfs = make_node_tree(tmp_path, {0: 600, 1: 10}, total=8192)
+    total = hugepages.apply(1024, {}, proc, sysfs, check_mode=False)
+    assert total["changed"] is False and total["pages"][0]["wanted"] == 8192
+    assert Path(proc, "sys/vm/nr_hugepages").read_text().strip() == "8192"
+    assert "total: 8192 pages kept, more than the 1024 asked" in total["msg"]
+    split = hugepages.apply(None, {0: 512, 1: 512}, proc, sysfs, check_mode=False)
+    assert (node_count(sysfs, 0), node_count(sysfs, 1)) == (600, 512)  # node0 kept, node1 raised
+    assert [p["wanted"] for p in split["pages"]] == [600, 512] and split["kept"] == [
+        "node0: 600 pages kept, more than the 512 asked (at_least; memory_hugepages_exact: true sets the count asked)"]
+
+
+def test_exact_sets_the_count_asked_even_when_that_shrinks_the_pool(tmp_path):
+    proc, sysfs = make_node_tree(tmp_path, {0: 600})
+    planned = hugepages.apply(None, {0: 512}, proc, sysfs, check_mode=True, exact=True)
+    assert planned["changed"] is True and planned["pages"][0]["after"] == 512 and node_count(sysfs, 0) == 600
+    hugepages.apply(None, {0: 512}, proc, sysfs, check_mode=False, exact=True)
+    assert node_count(sysfs, 0) == 512
 
 
 def test_per_node_accepts_every_spelling_of_a_node(tmp_path):

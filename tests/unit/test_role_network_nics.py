@@ -215,6 +215,7 @@ def test_backend_detection_order(tmp_path, files, active, binaries, backend):
 
 def render(template: str, **variables) -> str:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(ROLE / "templates")), trim_blocks=True)
+    env.filters["tunefleet.gpu_node.shell_quote"] = load_plugin("filter", "shell").shell_quote
     return env.get_template(template).render(ansible_managed="managed", **variables)
 
 
@@ -246,6 +247,22 @@ def test_boot_script_is_valid_sh_and_tunes_each_nic():
     assert 'ethtool -L "$nic" combined 32' in text and 'ethtool -G "$nic" rx 8192' in text
     assert text.index("ethtool -L") < text.index("ethtool -G")  # rings apply per channel on mlx5
     assert [line for line in text.splitlines() if line.startswith("tune ")] == ["tune ens1f0np0", "tune ens2f0np0"]
+
+
+def test_a_planted_interface_name_reaches_the_boot_script_as_one_quoted_word(tmp_path):
+    # Preflight refuses such a name first; the renderer quotes whatever reaches it all the same.
+    planted = f"a$(touch {tmp_path}/x)"
+    text = render("tunefleet-nic-tune.j2", __network_nics=[{"name": planted}], network_mtu=9000, network_ring={},
+                  network_channels={}, network_irq_affinity=False)
+    assert f"tune 'a$(touch {tmp_path}/x)'" in text.splitlines()
+    ran = subprocess.run(["sh", "-c", text], capture_output=True, text=True, timeout=30)  # no such NIC: warns
+    assert f"a$(touch {tmp_path}/x) is absent" in ran.stderr
+    ifupdown = render("ifupdown-tunefleet-mtu.j2", __network_nics=[{"name": planted}, {"name": "ens1"}],
+                      network_mtu=9000)
+    assert f"  'a$(touch {tmp_path}/x)'|ens1)" in ifupdown
+    subprocess.run(["/bin/sh", "-c", ifupdown], env={"IFACE": "ens1", "PATH": "/nonexistent"}, capture_output=True,
+                   timeout=30)
+    assert not (tmp_path / "x").exists()
 
 
 def test_netplan_and_networkmanager_drop_ins_name_each_nic():

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
 import sys
 from pathlib import Path
 
@@ -42,14 +43,22 @@ def pwned(planted: Path) -> bool:
 
 def test_the_planted_module_would_run_the_old_way(planted):
     """The attack is real: plain `python -m` from that directory runs the other user's code as root."""
-    run_command([sys.executable, "-m", ENGINE, "--help"], timeout_s=30, cwd=str(planted))
+    subprocess.run([sys.executable, "-m", ENGINE, "--help"], timeout=30, cwd=str(planted), capture_output=True,
+                   check=False)
     assert pwned(planted)
 
 
-def test_an_engine_started_in_another_users_directory_runs_only_our_code(planted, monkeypatch):
+def test_no_command_starts_in_another_users_directory(planted):
+    out = run_command(engine_argv(ENGINE, ["--help"]), timeout_s=30, env=engine_env(), cwd=str(planted))
+    assert out.missing and "owned by uid 65534" in out.stderr
+    assert not pwned(planted)
+
+
+def test_an_engine_runs_only_our_code_whatever_the_caller_exported(planted, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(planted))
     monkeypatch.setenv("LD_PRELOAD", str(planted / "evil.so"))
-    out = run_command(engine_argv(ENGINE, ["--help"]), timeout_s=30, env=engine_env(), cwd=str(planted))
+    monkeypatch.chdir(planted)
+    out = run_command(engine_argv(ENGINE, ["--help"]), timeout_s=30, env=engine_env())
     assert out.returncode == 0 and "usage: " in out.stdout, out.stderr
     assert not pwned(planted)
     assert "evil.so" not in out.stderr  # the loader never saw LD_PRELOAD

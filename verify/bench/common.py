@@ -17,6 +17,7 @@ from typing import Any, Callable, Optional
 from verify.judging import peaks
 from verify.judging.thresholds import Threshold, broken_measurement
 from verify.result import CheckResult, Status
+from verify.runner import DEFAULT_CWD, clean_env
 
 RESULT_MARKER = "TUNEFLEET_RESULT "
 # Exit status an engine uses for "this node cannot run me" (no torch, no GPU): a SKIP, not an ERROR.
@@ -171,13 +172,8 @@ def package_parent() -> str:
 _BOOTSTRAP = ("import runpy, sys; extra = sys.argv[1]; sys.argv = sys.argv[2:]; "
               "sys.path[:] = [p for p in (extra.split(':') if extra else []) + sys.path if p]; "
               "runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)")
-# Engines start in a directory root owns, not wherever verify was started.
-ENGINE_CWD = "/"
-# What an engine keeps of verify's own environment: the GPU, NCCL and thread settings the operator
-# set on purpose (NCCL_NVLS_ENABLE=0 on multi-GPU H200s, CUDA_VISIBLE_DEVICES). Never PYTHONPATH,
-# LD_PRELOAD, LD_LIBRARY_PATH, TMPDIR or PATH: those would let the caller pick what root runs.
-_KEPT_PREFIXES = ("CUDA_", "NCCL_", "NVIDIA_", "NVSHMEM_", "TORCH_", "GLOO_", "OMP_", "MKL_", "UCX_", "LC_")
-_KEPT_NAMES = ("LANG", "TZ", "TERM")
+# Engines start in a directory root owns, not wherever verify was started (verify.runner's own default).
+ENGINE_CWD = DEFAULT_CWD
 
 
 def engine_sys_path() -> list:
@@ -206,18 +202,9 @@ def engine_argv(module: str, args: list) -> list:
 
 
 def engine_env(extra: Optional[dict] = None) -> dict:
-    """The whole environment of an engine (it replaces verify's, see verify.runner.CleanEnv):
-    the fixed root-owned PATH, root's own HOME, and the operator's GPU/NCCL settings."""
-    import pwd
-
-    from verify.runner import CleanEnv
-    from verify.safe_io import command_path
-
-    env = CleanEnv({name: value for name, value in os.environ.items()
-                    if name.startswith(_KEPT_PREFIXES) or name in _KEPT_NAMES})
-    env.update({"PATH": command_path(), "HOME": pwd.getpwuid(os.geteuid()).pw_dir, "PYTHONUNBUFFERED": "1"})
-    env.update(extra or {})
-    return env
+    """The whole environment of an engine: verify.runner.clean_env (the fixed root-owned PATH, root's
+    own HOME, the operator's GPU/NCCL settings, nothing else of the caller's) plus unbuffered output."""
+    return clean_env(dict({"PYTHONUNBUFFERED": "1"}, **(extra or {})))
 
 
 def emit_result(payload: dict) -> None:

@@ -22,7 +22,9 @@ from verify.bench.common import NUMBER, ListOf, Maybe, emit_result, parse_size
 ROW_SCHEMA = {"size_bytes": int, "count": int, "dtype": str, "redop": str, "time_us": NUMBER, "algbw_gbps": NUMBER,
               "busbw_gbps": NUMBER, "wrong": int}
 # What the engine emits (verify.bench.common.checked_payload checks it where it enters verify).
-PAYLOAD_SCHEMA = {"world_size": int, "rows": ListOf(ROW_SCHEMA), "nccl_version": Maybe(str)}
+# sendrecv_rows: the send/recv curve between ranks (verify/fleet/nccl_pair.py's pair test asks for it).
+PAYLOAD_SCHEMA = {"world_size": int, "rows": ListOf(ROW_SCHEMA), "nccl_version": Maybe(str),
+                  "sendrecv_rows": Maybe(ListOf(ROW_SCHEMA))}
 
 
 def sweep(min_bytes: int, max_bytes: int, factor: int = 2) -> list:
@@ -39,24 +41,25 @@ def bus_factor(world: int) -> float:
     return 2.0 * (world - 1) / world if world > 1 else 1.0
 
 
-def _seconds_per_iter(torch, dist, tensor, iters: int, device) -> float:
-    """Mean time of `iters` back-to-back all-reduces on this rank.
+def _seconds_per_iter(torch, dist, tensor, iters: int, device, step=None) -> float:
+    """Mean time of `iters` back-to-back all-reduces (or `step(tensor)`s) on this rank.
 
     GPU: between two CUDA events on the stream the collectives run on, as nccl-tests times
     (host timers would add launch and synchronisation costs). CPU (gloo): perf_counter, since
     gloo's all_reduce returns only when the data has moved.
     """
+    step = step or dist.all_reduce
     if device.type == "cuda":
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         for _ in range(iters):
-            dist.all_reduce(tensor)
+            step(tensor)
         end.record()
         end.synchronize()
         return start.elapsed_time(end) / 1000.0 / iters
     began = time.perf_counter()
     for _ in range(iters):
-        dist.all_reduce(tensor)
+        step(tensor)
     return (time.perf_counter() - began) / iters
 
 
@@ -107,6 +110,50 @@ def allreduce_rows(dist, device, rank: int, world: int, sizes: list, iters: int,
             "busbw_gbps": algbw * factor,
             "wrong": int(wrong.item()),
         }
+        rows.append(row)
+        if on_row is not None:
+            on_row(row)
+    return rows
+
+
+def sendrecv_rows(dist, device, rank: int, world: int, sizes: list, iters: int, warmup: int, on_row=None) -> list:
+    """Send/recv between ranks with allreduce_rows' timing loop (warmup, barrier, `iters` timed, the
+    slowest rank counts), as nccl-tests' sendrecv_perf: every rank sends `size` bytes to rank+1 and
+    receives as many from rank-1 at once, so on 2 ranks across 2 nodes each direction of the link
+    carries the full size. algbw = bytes / time, busbw = algbw (no bus factor for send/recv). The
+    correctness pass: every rank sends rank+1, so the received tensor must hold the sender's rank+1."""
+    import torch
+
+    to_rank, from_rank = (rank + 1) % world, (rank - 1) % world
+    rows = []
+    for size in sizes:
+        count = max(1, size // 4)
+        nbytes = count * 4
+        outgoing = torch.zeros(count, dtype=torch.float32, device=device)
+        incoming = torch.zeros(count, dtype=torch.float32, device=device)
+
+        def exchange(tensor, outgoing=outgoing, incoming=incoming):
+            for request in dist.batch_isend_irecv([dist.P2POp(dist.isend, outgoing, to_rank),
+                                                   dist.P2POp(dist.irecv, incoming, from_rank)]):
+                request.wait()
+
+        for _ in range(warmup):
+            exchange(outgoing)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        dist.barrier()
+        seconds = _seconds_per_iter(torch, dist, outgoing, iters, device, exchange)
+        slowest = torch.tensor([seconds], dtype=torch.float64, device=device)
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+        seconds = float(slowest.item())
+        outgoing.fill_(float(rank + 1))
+        exchange(outgoing)
+        wrong = torch.tensor([int((incoming != float(from_rank + 1)).sum().item())], dtype=torch.int64, device=device)
+        dist.all_reduce(wrong)
+        del outgoing, incoming
+        algbw = nbytes / seconds / 1e9
+        row = {"size_bytes": nbytes, "count": count, "dtype": "float", "redop": "none", "time_us": seconds * 1e6,
+               "algbw_gbps": algbw, "busbw_gbps": algbw, "wrong": int(wrong.item())}
         rows.append(row)
         if on_row is not None:
             on_row(row)

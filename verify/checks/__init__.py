@@ -38,6 +38,8 @@ REGISTRY = {
     "health.nvlink": ("health", "verify.checks.health_nvlink:run"),
     "health.ib": ("health", "verify.checks.health_ib:run"),
     "health.topology": ("health", "verify.checks.health_topology:run"),
+    "health.fabric": ("health", "verify.checks.health_fabric:run"),
+    "pcie": ("pcie", "verify.checks.pcie_path:run"),
 }
 
 

@@ -4,6 +4,8 @@ Judges are pure functions of the parsed readings (health_smi.GpuHealth); `run_*`
 """
 from __future__ import annotations
 
+from typing import Optional
+
 from verify.checks.common import result, skip
 from verify.checks.health_common import CHECK_COOLING, REBOOT, RESEAT, ROLE, profile, threshold
 from verify.facts import health_smi
@@ -87,20 +89,30 @@ def run_presence(spec: dict, node: Node) -> list:
 
 # ---- memory errors ---------------------------------------------------------------------------------
 
-def judge_memory(gpu):
+def judge_memory(gpu, previous: Optional[dict] = None):
     """NVIDIA GPU Memory Error Management (https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/):
     a pending row remap is applied at the next GPU reset and "unaffected applications can continue running
     ... and new workloads can be launched" ("Error Recovery and Response Flags"): reset-gpu, whether the
     rows were remapped for correctable or uncorrectable errors (the manual draws no line there). The RMA
-    criterion is the row-remapping failure flag ("RMA Policy"): drain-rma."""
+    criterion is the row-remapping failure flag ("RMA Policy"): drain-rma.
+
+    `previous`: the last run's numeric readings of this GPU (the history's counters): the uncorrectable
+    errors are then said as the increase since that run, with the count since the driver loaded beside it."""
     findings = []  # (action class, what was seen, remediation or None for the class's words)
     volatile = gpu.number("ecc.errors.uncorrected.volatile.total")
     aggregate = gpu.number("ecc.errors.uncorrected.aggregate.total")
     uncorrectable_rows = gpu.number("remapped_rows.uncorrectable")
+    before = (previous or {}).get("ecc.errors.uncorrected.volatile.total")
     if volatile:
-        # contained by the GPU; its row goes to the remapper, applied at the next reset
-        findings.append((verdicts.RESET_GPU, f"{volatile:.0f} uncorrectable ECC error(s) since the driver loaded",
-                         None))
+        # contained by the GPU; its row goes to the remapper, applied at the next reset (a reset clears the count)
+        if isinstance(before, int) and 0 <= before <= volatile:
+            new = volatile - before
+            said = (f"{new:.0f} uncorrectable ECC error(s) since the last run ({volatile:.0f} since the driver loaded)"
+                    if new else f"no new uncorrectable ECC error since the last run ({volatile:.0f} since the driver "
+                                "loaded: not reset yet)")
+        else:
+            said = f"{volatile:.0f} uncorrectable ECC error(s) since the driver loaded"
+        findings.append((verdicts.RESET_GPU, said, None))
     if gpu.active("remapped_rows.failure"):
         findings.append((verdicts.DRAIN_RMA, "row remapping failed (NVIDIA's RMA criterion for GPU memory)", None))
     if gpu.active("remapped_rows.pending"):
@@ -174,7 +186,8 @@ def _each_gpu(check: str, node: Node, judge) -> list:
 
 
 def run_memory(spec: dict, node: Node) -> list:
-    return _each_gpu("memory", node, judge_memory)
+    previous = node.memo.get("previous_counters") or {}
+    return _each_gpu("memory", node, lambda gpu: judge_memory(gpu, previous.get(f"health.gpu.memory.{gpu.index}")))
 
 
 def run_clocks(spec: dict, node: Node) -> list:

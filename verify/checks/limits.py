@@ -11,12 +11,22 @@ of the group limits_group names (`@group`; `*` when it says so or an older desir
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Optional
 
 from verify.checks.common import result, role_disabled, section, skip
-from verify.kernel_rules import AT_LEAST, direction_of
+from verify.kernel_rules import (
+    AT_LEAST,
+    LIMIT_UNLIMITED,
+    PAM_LIMITS_DIR,
+    PAM_LIMITS_FILE,
+    SYSTEMD_CONF_DIRS,
+    SYSTEMD_CONF_FILE,
+    direction_of,
+    limit_number,
+    parse_pam_limits,
+    parse_systemd_limits,
+)
 from verify.node import Node
 from verify.result import Status
 
@@ -24,12 +34,9 @@ ROLE = "limits"
 INFINITY = "unlimited"
 PAM_ITEMS = ("memlock", "nofile", "nproc", "stack")
 SYSTEMD_ITEMS = {"systemd_memlock": "MEMLOCK", "systemd_nofile": "NOFILE"}
-SYSTEMD_CONF_DIRS = ("/usr/lib/systemd/system.conf.d", "/usr/local/lib/systemd/system.conf.d",
-                     "/run/systemd/system.conf.d", "/etc/systemd/system.conf.d")
 RANK_USER, RANK_GROUP, RANK_DEFAULT = 0, 1, 4  # pam_limits LIMITS_DEF_USER / _GROUP / _DEFAULT
 EVERYONE_ITEMS = ("memlock",)  # for every login user whatever limits_group says (the role's template)
 PROBE_ARGV = ["su", "-l", "nobody", "-s", "/bin/sh", "-c", "ulimit -l; ulimit -n; ulimit -p; ulimit -s"]
-_SIZE = re.compile(r"^(\d+)([KMGTPE]?)$")
 
 
 class LimitsParseError(ValueError):
@@ -53,14 +60,14 @@ def normalize(value: object, item: str, nr_open: Optional[int]) -> object:
 
 
 def parse_limits_lines(text: str) -> list:
-    """(domain, type, item, value) tuples, in file order; malformed lines are skipped like pam does."""
-    entries = []
-    for raw in text.splitlines():
-        line = raw.split("#", 1)[0].strip()
-        fields = line.split()
-        if len(fields) == 4:
-            entries.append((fields[0], fields[1].lower(), fields[2].lower(), fields[3].lower()))
-    return entries
+    """(domain, type, item, value) tuples, in file order; the rule's one home is kernel_rules (the limits
+    role reads the node's files with it too, to keep a higher limit in force)."""
+    return parse_pam_limits(text)
+
+
+def parse_systemd_conf(texts: list) -> dict:
+    """[Manager] DefaultLimit* assignments from system.conf and drop-ins; later ones win (kernel_rules)."""
+    return parse_systemd_limits(texts)
 
 
 def effective(entries: list, user: str, nr_open: Optional[int], groups: tuple = ()) -> dict:
@@ -91,14 +98,14 @@ def effective(entries: list, user: str, nr_open: Optional[int], groups: tuple = 
 
 def limits_files(node: Node) -> list:
     texts = []
-    main = node.read("/etc/security/limits.conf")
+    main = node.read(PAM_LIMITS_FILE)
     if main is not None:
-        texts.append(("/etc/security/limits.conf", main))
-    names = sorted(n for n in node.listdir("/etc/security/limits.d") if n.endswith(".conf"))
+        texts.append((PAM_LIMITS_FILE, main))
+    names = sorted(n for n in node.listdir(PAM_LIMITS_DIR) if n.endswith(".conf"))
     for name in names:
-        text = node.read(f"/etc/security/limits.d/{name}")
+        text = node.read(f"{PAM_LIMITS_DIR}/{name}")
         if text is not None:
-            texts.append((f"/etc/security/limits.d/{name}", text))
+            texts.append((f"{PAM_LIMITS_DIR}/{name}", text))
     return texts
 
 
@@ -163,37 +170,15 @@ def login_probe(node: Node) -> dict:
 
 
 def systemd_value(value: str, item: str) -> object:
-    """systemd's LimitX syntax: N, N{K,M,G,T,P,E} (1024-based, memlock), infinity, or soft:hard."""
-    text = value.strip().split(":", 1)[0].strip()
-    if text.lower() == "infinity":
-        return INFINITY
-    match = _SIZE.match(text.upper())
-    if not match:
+    """systemd's LimitX syntax: N, N{K,M,G,T,P,E} (1024-based, memlock), infinity, or soft:hard (the soft side)."""
+    number = limit_number(value.strip().split(":", 1)[0])
+    if number is None:
         raise LimitsParseError(f"DefaultLimit{item}={value.strip()!r} is not a limit systemd accepts")
-    number, unit = int(match.group(1)), match.group(2)
-    return number * 1024 ** "_KMGTPE".index(unit) if unit else number
-
-
-def parse_systemd_conf(texts: list) -> dict:
-    """[Manager] DefaultLimit* assignments from system.conf and drop-ins; later ones win."""
-    found = {}
-    for text in texts:
-        in_manager = False
-        for raw in text.splitlines():
-            line = raw.strip()
-            if line.startswith("["):
-                in_manager = line == "[Manager]"
-                continue
-            if not in_manager or line.startswith(("#", ";")) or "=" not in line:
-                continue
-            key, value = (p.strip() for p in line.split("=", 1))
-            if key.startswith("DefaultLimit") and value:
-                found[key[len("DefaultLimit"):]] = value
-    return found
+    return INFINITY if number == LIMIT_UNLIMITED else number
 
 
 def systemd_conf_texts(node: Node) -> list:
-    texts = [node.read("/etc/systemd/system.conf") or ""]
+    texts = [node.read(SYSTEMD_CONF_FILE) or ""]
     chosen: dict = {}
     for directory in SYSTEMD_CONF_DIRS:  # later directories override same-named drop-ins
         for name in node.listdir(directory):

@@ -5,6 +5,7 @@ A huge page count of 0 in the desired state means "not managed by the memory rol
 from __future__ import annotations
 
 from verify.checks.common import bracketed_choice, result, role_disabled, section, skip
+from verify.kernel_rules import AT_LEAST, direction_of
 from verify.node import Node
 from verify.result import Status
 
@@ -13,12 +14,19 @@ PAGES_2M = "hugepages-2048kB"
 PAGES_1G = "hugepages-1048576kB"
 
 
-def judge_count(check_id: str, variable: str, expected: int, observed: int, where: str, boot_time: bool = False):
+def judge_count(check_id: str, variable: str, expected: int, observed: int, where: str, boot_time: bool = False,
+                direction: str = AT_LEAST):
+    """Fewer pages than asked FAIL; more PASS where the count is at_least (kernel_rules: the role
+    keeps a larger pool), else WARN (memory_hugepages_exact: the role would have shrunk it)."""
     if observed == expected:
         return result(check_id, ROLE, Status.PASS, expected, observed)
+    if observed > expected and direction == AT_LEAST:
+        return result(check_id, ROLE, Status.PASS, expected, observed,
+                      f"{where} has {observed} pages, more than the {expected} asked: kept (at_least)")
     if observed > expected:
         return result(check_id, ROLE, Status.WARN, expected, observed,
-                      f"{where} has {observed} pages, more than the {expected} asked (memory held back)", variable)
+                      f"{where} has {observed} pages, more than the {expected} asked (memory held back; "
+                      "memory_hugepages_exact is true)", variable)
     hint = " (1 GiB pages are reserved at boot: a reboot is pending?)" if boot_time else \
         " (memory too fragmented to reserve them all?)"
     return result(check_id, ROLE, Status.FAIL, expected, observed,
@@ -29,6 +37,8 @@ def check_hugepages(memory: dict, node: Node) -> list:
     results = []
     per_node = memory.get("hugepages_2m_per_node") or {}
     total = int(memory.get("hugepages_2m") or 0)
+    exact = ["memory.hugepages_2m"] if memory.get("hugepages_exact") is True else []
+    direction_2m = direction_of("memory.hugepages_2m", exact)
     if per_node:
         for numa, count in sorted(per_node.items(), key=lambda kv: str(kv[0])):
             path = f"/sys/devices/system/node/node{numa}/hugepages/{PAGES_2M}/nr_hugepages"
@@ -40,13 +50,14 @@ def check_hugepages(memory: dict, node: Node) -> list:
                                       "memory_hugepages_2m_per_node"))
             else:
                 results.append(judge_count(check_id, "memory_hugepages_2m_per_node", int(count), observed,
-                                           f"NUMA node {numa}"))
+                                           f"NUMA node {numa}", direction=direction_2m))
     if total:
         observed = node.read_int(f"/sys/kernel/mm/hugepages/{PAGES_2M}/nr_hugepages")
         if observed is None:
             results.append(skip("memory.hugepages_2m", ROLE, "this kernel has no 2 MiB huge pages", total))
         else:
-            results.append(judge_count("memory.hugepages_2m", "memory_hugepages_2m", total, observed, "the node"))
+            results.append(judge_count("memory.hugepages_2m", "memory_hugepages_2m", total, observed, "the node",
+                                       direction=direction_2m))
     if not per_node and not total:
         results.append(skip("memory.hugepages_2m", ROLE, "memory_hugepages_2m is 0: not managed"))
     gigantic = int(memory.get("hugepages_1g") or 0)
@@ -57,7 +68,7 @@ def check_hugepages(memory: dict, node: Node) -> list:
                                   "this CPU/kernel offers no 1 GiB huge pages", "memory_hugepages_1g"))
         else:
             results.append(judge_count("memory.hugepages_1g", "memory_hugepages_1g", gigantic, observed, "the node",
-                                       boot_time=True))
+                                       boot_time=True, direction=direction_of("memory.hugepages_1g")))
     return results
 
 

@@ -8,6 +8,8 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
+from verify.safe_io import read_capped
+
 
 class LinkParseError(ValueError):
     """A link tool printed something that is not its documented format."""
@@ -32,11 +34,13 @@ def parse_port_rate(text: str) -> Optional[float]:
     return float(match.group(1)) if match else None
 
 
-def _read(path: str) -> str:
+def _read(path: str, root: str) -> str:
+    """A port file: on the live node as sysfs has it; under --root only inside the tree, never a link."""
+    live = root in ("/", "")
     try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return handle.read(4096).strip()
-    except OSError:
+        return read_capped(path, 4096, follow_symlinks=live, within=None if live else root).decode(
+            "utf-8", errors="replace").strip()
+    except OSError:  # TooLargeError included: a port file is a few bytes
         return ""
 
 
@@ -53,9 +57,9 @@ def discover_ports(root: str) -> list:
                 Port(
                     device,
                     int(number),
-                    parse_port_rate(_read(os.path.join(here, "rate"))),
-                    _read(os.path.join(here, "link_layer")),
-                    _read(os.path.join(here, "state")),
+                    parse_port_rate(_read(os.path.join(here, "rate"), root)),
+                    _read(os.path.join(here, "link_layer"), root),
+                    _read(os.path.join(here, "state"), root),
                 )
             )
     return ports

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from verify.bounded_load import MAX_BYTES, BoundedLoadError, loads_json_bytes_bounded
+from verify.bounded_load import MAX_BYTES, BoundedLoadError, loads_json_bytes_bounded, read_bounded
 from verify.fleet.baseline import hardware_of
 from verify.result import CheckResult, Status
 from verify.stats.outliers import MEASUREMENT_ROLES
@@ -22,6 +22,8 @@ NODE_REPORT_NAME = "report.json"
 CROSSNODE_GLOB = "crossnode-*.json"
 # Written by the fleet report itself; never read back as a node report.
 ADDRESSES_NAME = "fleet_addresses.json"  # host -> addresses, for blaming path MTU failures
+# The fleet report of 10,000 hosts, problems listed per host, stays under this (a node report is ~100 KB).
+FLEET_REPORT_MAX_BYTES = 256 << 20
 REGRESSIONS_NAME = "fleet_regressions.json"  # written by verify.history for the fleet report
 BASELINE_NAME = "fleet_baseline.json"  # `tunefleet baseline`'s default output (verify.fleet.baseline)
 FLEET_OUTPUT_NAMES = frozenset({"fleet_report.json", ADDRESSES_NAME, REGRESSIONS_NAME, BASELINE_NAME})
@@ -200,7 +202,9 @@ def _load_paths(paths: list, root: Path) -> list:
 def _node_report_paths(root: Path) -> list:
     paths = sorted(root.glob(f"*/{NODE_REPORT_NAME}"))
     if (root / NODE_REPORT_NAME).is_file():
-        paths.insert(0, root / NODE_REPORT_NAME)
+        # One node's report directory (`tunefleet verify --local --out DIR`, `make demo`): the other JSON
+        # files beside its report.json are that run's own (state-before.json), never more hosts.
+        return [root / NODE_REPORT_NAME, *paths]
     # A flat directory of <host>.json files (e.g. collected by another tool) works too.
     paths.extend(p for p in sorted(root.glob("*.json")) if p.name not in FLEET_OUTPUT_NAMES | {NODE_REPORT_NAME})
     return paths
@@ -219,8 +223,7 @@ def _attach_crossnode(node: NodeReport, host_dir: Optional[Path], errors: list) 
 
 def _read_json(path: Path) -> Any:
     # The caller names the path once (LoadError.path): the message says what, not where.
-    with open(path, "rb") as handle:
-        return json_loads(handle.read(MAX_BYTES + 1), "node report")
+    return json_loads(read_bounded(str(path), MAX_BYTES + 1, "node report"), "node report")
 
 
 def json_loads(data: bytes, origin: str = "file") -> Any:

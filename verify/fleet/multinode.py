@@ -32,6 +32,8 @@ def launcher_argv(args: argparse.Namespace) -> list:
     worker = ["-m", "verify.fleet.multinode", "worker", "--backend", args.backend, "--max-bytes", str(args.max_bytes),
               "--min-bytes", str(args.min_bytes), "--iters", str(args.iters), "--warmup", str(args.warmup),
               "--out", args.result_file, "--timeout-s", str(args.timeout_s)]
+    if getattr(args, "sendrecv", False):
+        worker.append("--sendrecv")
     if args.launcher == "torchrun":
         return [sys.executable, "-m", "torch.distributed.run", f"--nnodes={args.nnodes}",
                 f"--nproc-per-node={args.nproc_per_node}", f"--node-rank={args.node_rank}",
@@ -66,7 +68,7 @@ def worker(args: argparse.Namespace) -> int:
     import torch.distributed as dist
 
     from verify.bench.common import parse_size
-    from verify.bench.torch_allreduce import allreduce_rows, sweep, timing_method
+    from verify.bench.torch_allreduce import allreduce_rows, sendrecv_rows, sweep, timing_method
 
     os.environ.setdefault("RANK", str(rank))
     os.environ.setdefault("WORLD_SIZE", str(world))
@@ -79,11 +81,15 @@ def worker(args: argparse.Namespace) -> int:
                             timeout=timedelta(seconds=args.timeout_s))
     sizes = sweep(parse_size(args.min_bytes), parse_size(args.max_bytes))
     rows = allreduce_rows(dist, device, rank, world, sizes, args.iters, args.warmup)
+    # Send/recv after the all-reduce, same sizes and timing loop (the pair test asks for both).
+    exchanged = sendrecv_rows(dist, device, rank, world, sizes, args.iters, args.warmup) if args.sendrecv else None
     if rank == 0:
         from verify.safe_io import write_file_atomic  # runs as root on the node
 
         measured = {"world_size": world, "backend": args.backend, "torch": torch.__version__,
                     "timing": timing_method(device), "rows": rows}
+        if exchanged is not None:
+            measured["sendrecv_rows"] = exchanged
         write_file_atomic(args.out, json.dumps(measured))
     dist.barrier()
     dist.destroy_process_group()
@@ -103,15 +109,18 @@ def measurement_schema() -> dict:
     from verify.bench.common import ListOf, Maybe
     from verify.bench.torch_allreduce import ROW_SCHEMA
 
-    return {"world_size": int, "rows": ListOf(ROW_SCHEMA), "backend": Maybe(str), "timing": Maybe(str)}
+    return {"world_size": int, "rows": ListOf(ROW_SCHEMA), "backend": Maybe(str), "timing": Maybe(str),
+            "sendrecv_rows": Maybe(ListOf(ROW_SCHEMA))}
 
 
 def judge_run(payload: Optional[dict], returncode: Optional[int], output_tail: str, args: argparse.Namespace,
-              spec: Optional[dict], profile: Optional[dict] = None, rail=None) -> dict:
+              spec: Optional[dict], profile: Optional[dict] = None, rail=None, floor=None) -> dict:
     """The crossnode result (a CheckResult dict) for this host, judged against the inter-node floor
     (the desired state's verify_thresholds, else `profile`'s) and bounded by `rail` (a Peak; None:
-    this node's RDMA ports, rail_bound). A malformed measurement is one ERROR naming the field;
-    malformed rows are dropped (payload_error_record says which) and the others judged."""
+    this node's RDMA ports, rail_bound); `floor` (a Threshold) serves when neither sets one (the pair
+    test's floor from the rail's rate, verify.fleet.nccl_pair.rail_floor). A malformed measurement is
+    one ERROR naming the field; malformed rows are dropped (payload_error_record says which) and the
+    others judged."""
     from verify.bench.common import checked_payload, payload_error
     from verify.bench.common import result as bench_result
     from verify.result import Status
@@ -143,16 +152,39 @@ def judge_run(payload: Optional[dict], returncode: Optional[int], output_tail: s
                               {"backend": payload.get("backend"), "torch": payload.get("torch")}, malformed)
     from verify.profiles import resolve_threshold
 
-    threshold = resolve_threshold(THRESHOLD_KEY, profile, spec)
+    threshold = resolve_threshold(THRESHOLD_KEY, profile, spec, floor)
     opts = NcclOptions(backend=args.backend, allow_socket=args.backend == "gloo")
-    judged = judge(measurement, expected_ranks, threshold, opts, nvls_expected=None,
-                   peak=rail if rail is not None else rail_bound())
+    peak = rail if rail is not None else rail_bound()
+    judged = judge(measurement, expected_ranks, threshold, opts, nvls_expected=None, peak=peak)
+    if payload.get("sendrecv_rows"):
+        _judge_sendrecv(judged, payload["sendrecv_rows"], measurement, expected_ranks, threshold, opts, peak)
     judged.details.update({"nodes": args.nnodes, "launcher": args.launcher, "backend": args.backend,
                            "value": judged.observed, "unit": "GB/s", "profile": (profile or {}).get("name"),
                            "timing": payload.get("timing")})
     if judged.status != Status.PASS:
         judged.remediation = REMEDIATION  # across nodes the NICs and switches are the suspects, not NVLink
     return _as_fleet(judged)
+
+
+def _judge_sendrecv(judged, rows: list, allreduce, expected_ranks: int, threshold, opts, peak) -> None:
+    """Judge the send/recv curve by the same floor and bound as the all-reduce (on 2 ranks across two
+    nodes both carry one NIC's rate each way: busbw = algbw for both), and fold it into `judged`:
+    its figure in details["sendrecv"], the worse status of the two, its reason when it is the worse."""
+    from verify.bench.nccl import Measurement, judge
+    from verify.bench.nccl_parse import CurvePoint
+    from verify.result import STATUS_ORDER
+
+    points = [CurvePoint(r["size_bytes"], r["count"], r["dtype"], r["redop"], r["time_us"], r["algbw_gbps"],
+                         r["busbw_gbps"], r["wrong"]) for r in rows]
+    wrong = [p.size_bytes for p in points if p.wrong]
+    problems = [f"wrong send/recv data at sizes {wrong[:4]}"] if wrong else []
+    exchanged = judge(Measurement("torch", points, allreduce.ranks, allreduce.transport, problems, allreduce.raw),
+                      expected_ranks, threshold, opts, nvls_expected=None, peak=peak)
+    judged.details["sendrecv"] = {"status": exchanged.status.value, "busbw_gbps": exchanged.observed,
+                                  "reason": exchanged.reason, "curve": exchanged.details.get("curve")}
+    if STATUS_ORDER[exchanged.status] < STATUS_ORDER[judged.status]:
+        judged.status = exchanged.status
+        judged.reason = f"send/recv: {exchanged.reason} (all-reduce: {judged.reason})"
 
 
 def payload_error_record(payload: Optional[dict], args: argparse.Namespace) -> Optional[dict]:
@@ -269,6 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--warmup", type=int, default=5)
         p.add_argument("--timeout-s", type=int, default=600)
         p.add_argument("--out", required=True, help="launch: crossnode result file; worker: measurement file")
+        p.add_argument("--sendrecv", action="store_true", help="also time send/recv between the ranks")
     launch_p = sub.choices["launch"]
     launch_p.add_argument("--launcher", choices=("torchrun", "mpirun", "srun"), default="torchrun")
     launch_p.add_argument("--nnodes", type=int, required=True)

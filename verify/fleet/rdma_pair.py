@@ -47,12 +47,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     from verify.bench import perftest
+    from verify.bounded_load import load_json_bounded
     from verify.node import Node
 
-    spec = None
-    if args.spec:
-        with open(args.spec, encoding="utf-8") as handle:
-            spec = json.load(handle)
+    spec = load_json_bounded(args.spec, what="desired state") if args.spec else None
     records = pair_results(perftest.run(spec, None, Node(), {"peer": args.server_addr}),
                            args.server_host, args.client_host)
     from verify.safe_io import write_file_atomic  # runs as root on the node

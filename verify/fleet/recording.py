@@ -10,9 +10,12 @@ import json
 import os
 from typing import Optional
 
-from verify.fleet.model import REGRESSIONS_NAME, json_loads
+from verify.bounded_load import MAX_BYTES, load_json_bounded, read_bounded
+from verify.fleet.model import FLEET_REPORT_MAX_BYTES, REGRESSIONS_NAME, json_loads
 from verify.fleet.report import main as rebuild
 from verify.history.cli import RunHistory, verdict_actions
+from verify.history.drain import DEFAULT_CAP, first_failure
+from verify.history.drain import plan as drain_plan
 from verify.history.record import fleet_pass, run_record
 from verify.history.store import HistoryError
 from verify.node import Node
@@ -33,8 +36,7 @@ def record_fleet(prepared: RunHistory, run_dir: str) -> Optional[dict]:
         if not entry.is_dir(follow_symlinks=False) or not os.path.isfile(path):
             continue
         try:
-            with open(path, "rb") as handle:
-                report = json_loads(handle.read())
+            report = json_loads(read_bounded(path, MAX_BYTES + 1, "node report"), "node report")
             report["host"] = entry.name  # the inventory name, as the fleet report uses
             records.append(run_record(report, results_of(report), "fleet", key))
         except (OSError, ValueError, KeyError, TypeError):
@@ -74,10 +76,21 @@ def finish_fleet(prepared: RunHistory, run_dir: str, write=print, node=None) -> 
     args = prepared.args
     if not (getattr(args, "on_fail", None) or getattr(args, "on_pass", None)) or not os.path.isfile(report_path):
         return
-    with open(report_path, encoding="utf-8") as handle:
-        hosts = json.load(handle)["hosts"]
+    try:
+        hosts = load_json_bounded(report_path, FLEET_REPORT_MAX_BYTES, what="fleet report", allow_nan=True)["hosts"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:  # the fleet report said its own problems already
+        write(f"tunefleet verify: the fleet report could not be read to act on its hosts: {exc}")
+        return
     node = node or Node()  # the controller: scontrol/kubectl run where tunefleet verify -i runs
+    failing = [(entry["host"], failure) for entry in hosts
+               for failure in [first_failure(results_of({"results": entry["problems"]}))] if failure]
+    decided = drain_plan(failing, len(hosts), getattr(args, "drain_cap", DEFAULT_CAP))
+    drained = {host for host, _ in decided.drain}
     for entry in hosts:
         pseudo = {"host": entry["host"], "results": entry["problems"]}
-        for row in verdict_actions(args, pseudo, node, entry["host"]):
+        held = entry["host"] not in drained if args.on_fail == "drain" else None
+        for row in verdict_actions(args, pseudo, node, entry["host"], held_by_cap=held):
             write(f"  {row.status.value:5} {row.check_id} {entry['host']}: {row.reason}")
+    held_row = decided.held_row() if args.on_fail == "drain" else None
+    if held_row is not None:
+        write(f"  {held_row.status.value:5} {held_row.check_id}: {held_row.reason}")

@@ -12,9 +12,10 @@ from xml.sax.saxutils import quoteattr
 
 from verify import __version__
 from verify.bounded_load import MAX_BYTES, BoundedLoadError, finite_number, loads_json_bytes_bounded, read_bounded
+from verify.desired import project_root, template_environment
 from verify.fleet.model import load_fleet_dir, load_fleet_dir_for
 from verify.fleet.summary import FleetSummary, build_summary
-from verify.report import plots
+from verify.report import OutDirError, action_label, bench_table, check_out_dir, plots
 from verify.result import Status
 from verify.safe_io import PRIVATE_DIR, PRIVATE_FILE, SHARED_FILE, UnsafePathError, open_trusted_dir, write_in_dir
 
@@ -26,6 +27,8 @@ OUTPUT_NAMES = {"json": "fleet_report.json", "md": "fleet_report.md", "html": "f
 # the JSON always has them all.
 HTML_CLEAN_HOSTS = 50
 HTML_MAX_COLUMNS = 60
+# Hosts whose benchmark table is drawn (failures first); the JSON has every figure.
+HTML_BENCH_HOSTS = 50
 
 
 def main(args) -> int:
@@ -42,6 +45,14 @@ def main(args) -> int:
     except (FileNotFoundError, ValueError) as exc:
         print(f"tunefleet report: {exc}", file=sys.stderr)
         return 2
+    out_dir = Path(args.out or args.directory)
+    world_readable = getattr(args, "world_readable", False)
+    if args.out:  # the default is the run directory itself: checked once it is known to be one (below)
+        try:
+            check_out_dir(str(out_dir), world_readable)
+        except OutDirError as exc:
+            print(f"tunefleet report: --out: {exc}", file=sys.stderr)
+            return 2
     loaded = load_fleet_dir_for("tunefleet report", args.directory)
     if loaded is None:
         return 2
@@ -54,12 +65,14 @@ def main(args) -> int:
     summary = build_summary(nodes, errors + side_errors, addresses,
                             baseline_findings=judge(nodes, *judging) if judging else None)
     summary.regressions = regressions
-    out_dir = Path(args.out or args.directory)
     try:
         written = write_reports(summary, out_dir, formats, title=f"tunefleet fleet report: {Path(args.directory).name}",
-                                world_readable=getattr(args, "world_readable", False))
+                                world_readable=world_readable)
     except UnsafePathError as exc:
-        print(f"tunefleet report: {exc.strerror}", file=sys.stderr)
+        print(f"tunefleet report: report directory {out_dir} cannot be used safely: {exc.strerror}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a read-only run directory, or one that went away meanwhile
+        print(f"tunefleet report: report directory {out_dir} is not writable: {exc.strerror or exc}", file=sys.stderr)
         return 2
     print(terminal_summary(summary))
     for path in written:
@@ -243,13 +256,14 @@ def to_junit(summary: FleetSummary) -> str:
 
 def _junit_problem(head: str, status: str, problem) -> str:
     reason = problem.reason if problem else status
+    label = action_label(problem) if problem else status
     body = ""
     if problem:
         body = xml_escape(f"expected: {problem.expected}\nobserved: {problem.observed}\nfix: {problem.remediation}")
     tag = {"FAIL": "failure", "ERROR": "error"}.get(status)
     if tag is None:  # WARN: passes in CI, but the reason stays visible in the output
-        return head + f"><system-out>{xml_escape('WARN: ' + reason)}</system-out></testcase>"
-    return head + f"><{tag} message={quoteattr(reason)}>{body}</{tag}></testcase>"
+        return head + f"><system-out>{xml_escape(label + ': ' + reason)}</system-out></testcase>"
+    return head + f"><{tag} message={quoteattr(reason)} type={quoteattr(label)}>{body}</{tag}></testcase>"
 
 
 def to_markdown(summary: FleetSummary, title: str) -> str:
@@ -266,7 +280,7 @@ def to_markdown(summary: FleetSummary, title: str) -> str:
         for row in problem_rows:
             for r in row.problems:
                 reason, fix = _md(r.reason), _md(r.remediation)
-                out.append(f"| {row.host} | {r.status.value} | `{r.check_id}` | {reason} | {fix} |")
+                out.append(f"| {row.host} | {action_label(r)} | `{r.check_id}` | {reason} | {fix} |")
         out.append("")
     if summary.outliers:
         out += ["## Outliers against the fleet (median/MAD)", ""]
@@ -291,10 +305,8 @@ def to_markdown(summary: FleetSummary, title: str) -> str:
 def to_html(summary: FleetSummary, title: str) -> str:
     import jinja2  # controller-side only
 
-    from verify.desired import project_root
-
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(project_root() / "templates")),
-                             autoescape=True, undefined=jinja2.StrictUndefined)
+    env = template_environment(project_root() / "templates", autoescape=True, undefined=jinja2.StrictUndefined)
+    env.filters["action_label"] = action_label
     problem_rows = [row for row in summary.rows if row.problems]
     clean_rows = [row for row in summary.rows if not row.problems]
     shown_rows = problem_rows + clean_rows[:HTML_CLEAN_HOSTS]
@@ -302,8 +314,21 @@ def to_html(summary: FleetSummary, title: str) -> str:
         title=title, generated_at=_now(), version=__version__, summary=summary,
         matrix_rows=shown_rows, hidden_clean=len(clean_rows) - min(len(clean_rows), HTML_CLEAN_HOSTS),
         columns=summary.check_ids[:HTML_MAX_COLUMNS], hidden_columns=max(0, len(summary.check_ids) - HTML_MAX_COLUMNS),
-        plots=_html_plots(summary),
+        plots=_html_plots(summary), host_benchmarks=_host_benchmarks(shown_rows),
     )
+
+
+def _host_benchmarks(rows: list) -> list:
+    """(host, [(BenchRow, its SVG bar)]) for each drawn host that measured something, in the matrix's order:
+    the same table the node report opens with."""
+    out = []
+    for row in rows:
+        table = bench_table.rows_of(row.benchmarks)
+        if table:
+            out.append((row.host, [(bench, bench_table.bar_svg(bench)) for bench in table]))
+        if len(out) == HTML_BENCH_HOSTS:
+            break
+    return out
 
 
 def _html_plots(summary: FleetSummary) -> list:

@@ -2,18 +2,25 @@
 
 Progress is printed per host as Ansible's events arrive (a 64-node run should not look frozen for
 minutes), and at the end the fleet report's summary: which hosts are bad and why.
+
+Every Ansible command (ansible-inventory here, ansible-playbook through ansible-runner) gets the
+project's own ANSIBLE_CONFIG, starts in a root-owned directory and sees an allow-listed environment
+(ansible_env): an ansible.cfg, an inventory plugin, an `ssh` on PATH or an ANSIBLE_* variable of
+the caller's never reaches it (docs/security.md, rule 3).
 """
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Callable, Optional
 
+from verify.bounded_load import BoundedLoadError, load_json_bounded, loads_json_bounded
+from verify.fleet.model import FLEET_REPORT_MAX_BYTES
 from verify.result import EXIT_COULD_NOT_CHECK, EXIT_FAILED, EXIT_OK
+from verify.runner import DEFAULT_CWD, CleanEnv, clean_env, run_command
+from verify.safe_io import open_trusted_dir
 
 PLAYBOOK = "playbooks/verify.yml"
 # Events worth a line: a task finishing on a host, or a host dropping out.
@@ -58,11 +65,34 @@ def _message(res: dict) -> str:
     return str(text).strip().splitlines()[-1][:200] if str(text).strip() else "(no message)"
 
 
+INVENTORY_TIMEOUT_S = 300  # a dynamic inventory asks a cloud API; a hung one must not hang the run
+# What ansible-runner itself sets for its event callback (ansible_runner.config._base.prepare_env); the
+# rest of the environment it seeds from the caller's is replaced by ansible_env.
+RUNNER_OWN_KEYS = ("ANSIBLE_STDOUT_CALLBACK", "ANSIBLE_RETRY_FILES_ENABLED", "AWX_ISOLATED_DATA_DIR",
+                   "ANSIBLE_CACHE_PLUGIN", "ANSIBLE_CACHE_PLUGIN_CONNECTION", "RUNNER_OMIT_EVENTS",
+                   "RUNNER_ONLY_FAILED_EVENTS")
+
+
+def ansible_env(home: Path, extra: Optional[dict] = None) -> CleanEnv:
+    """The whole environment of an Ansible command: verify.runner.clean_env with ansible-playbook and
+    friends from this tunefleet's own venv first, and the project's ansible.cfg pinned (never one in
+    the caller's cwd). Host keys stay checked: ansible-runner turns checking off unless told."""
+    return clean_env(dict({"ANSIBLE_CONFIG": str(home / "ansible.cfg"), "ANSIBLE_ROLES_PATH": str(home / "roles"),
+                           "TUNEFLEET_HOME": str(home), "PYTHONPATH": str(home), "ANSIBLE_FORCE_COLOR": "0",
+                           "ANSIBLE_HOST_KEY_CHECKING": "True"}, **(extra or {})), interpreter_first=True)
+
+
+def pinned_runner_env(runner_env: dict, home: Path, callback_dir: str) -> CleanEnv:
+    """ansible-runner's prepared environment (the caller's, plus its own keys) reduced to ansible_env
+    plus the keys ansible-runner needs for its events."""
+    env = ansible_env(home)
+    env.update({key: runner_env[key] for key in RUNNER_OWN_KEYS if key in runner_env})
+    env["ANSIBLE_CALLBACK_PLUGINS"] = callback_dir  # never joined with the caller's plugin directories
+    return env
+
+
 def runner_kwargs(args, home: Path, run_dir: Path, work: str, progress: Progress) -> dict:
-    env = {"ANSIBLE_CONFIG": str(home / "ansible.cfg"), "ANSIBLE_ROLES_PATH": str(home / "roles"),
-           "TUNEFLEET_HOME": str(home), "PYTHONPATH": str(home), "ANSIBLE_FORCE_COLOR": "0",
-           # ansible-playbook from the same environment as this tunefleet, even when it is not activated.
-           "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])}
+    env = dict(ansible_env(home))
     kwargs = {
         "private_data_dir": work,
         "playbook": str(home / PLAYBOOK),
@@ -82,9 +112,9 @@ def runner_kwargs(args, home: Path, run_dir: Path, work: str, progress: Progress
 
 
 def main(args) -> int:
-    try:
-        import ansible_runner
-    except ImportError:
+    import importlib.util
+
+    if importlib.util.find_spec("ansible_runner") is None:
         print("tunefleet verify -i needs ansible-runner on the controller (pip install ansible-runner)",
               file=sys.stderr)
         return 2
@@ -95,16 +125,16 @@ def main(args) -> int:
     from verify.history.store import HistoryError
 
     try:
+        home = project_root()  # TUNEFLEET_HOME must pass the trust check (verify.desired)
         check_profile(getattr(args, "profile", None))
         from verify.fleet.baseline import from_args as baseline_from_args
 
         baseline_from_args(args)  # a bad --baseline/--rules is refused before any node is touched
-        check_inventory(args.inventory, args.limit)
+        check_inventory(args.inventory, args.limit, home)
         history = prepare_history(args)  # refused before anything runs, like a bad inventory
-    except (InventoryError, ValueError, HistoryError) as exc:
-        print(f"tunefleet verify: {exc}", file=sys.stderr)
+    except (InventoryError, ValueError, HistoryError, OSError) as exc:
+        print(f"tunefleet verify: {exc.strerror or exc if isinstance(exc, OSError) else exc}", file=sys.stderr)
         return 2
-    home = project_root()
     if not (home / PLAYBOOK).is_file():
         # An installed wheel carries the role defaults and templates, not the playbooks and roles.
         print(f"tunefleet verify -i: {home / PLAYBOOK} not found: set TUNEFLEET_HOME to a tunefleet checkout or an "
@@ -117,13 +147,32 @@ def main(args) -> int:
         print(f"tunefleet verify: report directory {args.out}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     progress = Progress(verbose=not args.quiet)
-    with tempfile.TemporaryDirectory(prefix="tunefleet-runner-") as work:
-        outcome = ansible_runner.run(**runner_kwargs(args, home, run_dir, work, progress))
+    with tempfile.TemporaryDirectory(prefix="tunefleet-runner-", dir=runner_scratch_parent()) as work:
+        outcome = run_playbook(runner_kwargs(args, home, run_dir, work, progress), home)
     # Recorded on the controller (nodes keep none: noderun passes --no-history), the fleet report rebuilt
     # with each host's regressions against its own past, the verdicts acted on (verify.history).
     finish_fleet(history, str(run_dir))
     judge_against_baseline(args, run_dir)
     return finish(outcome.rc, outcome.status, run_dir, progress)
+
+
+def runner_scratch_parent() -> str:
+    """Where ansible-runner's private directory goes: /tmp (root-owned, sticky), never the caller's
+    TMPDIR, which another user's directory could be; mkdtemp makes the child 0700."""
+    os.close(open_trusted_dir("/tmp", for_child=True))
+    return "/tmp"
+
+
+def run_playbook(kwargs: dict, home: Path):
+    """ansible_runner.run, with the environment it seeds from the caller's replaced before anything
+    starts (pinned_runner_env); the cwd is the project directory (ansible-runner's project_dir)."""
+    from ansible_runner.interface import init_runner
+    from ansible_runner.utils import get_callback_dir
+
+    runner = init_runner(**kwargs)
+    runner.config.env = dict(pinned_runner_env(runner.config.env, home, get_callback_dir()))
+    runner.run()
+    return runner
 
 
 def judge_against_baseline(args, run_dir: Path) -> None:
@@ -155,22 +204,32 @@ class InventoryError(ValueError):
     """The inventory cannot be used; the message names the file and the problem."""
 
 
-def check_inventory(inventory: str, limit: Optional[str] = None) -> list:
+def check_inventory(inventory: str, limit: Optional[str] = None, home: Optional[Path] = None) -> list:
     """The hosts a run would reach. Ansible on its own only warns about an inventory it cannot
-    parse and then runs against the implicit localhost: refuse that before anything runs."""
+    parse and then runs against the implicit localhost: refuse that before anything runs.
+    ansible-inventory runs as every Ansible command does (ansible_env, in `/`)."""
     if not os.path.exists(inventory):
         raise InventoryError(f"inventory {inventory} does not exist")
+    if home is None:
+        from verify.desired import project_root
+
+        home = project_root()
     tool = Path(sys.executable).parent / "ansible-inventory"
-    argv = [str(tool) if tool.exists() else "ansible-inventory", "-i", inventory, "--list"]
+    argv = [str(tool) if tool.exists() else "ansible-inventory", "-i", os.path.abspath(inventory), "--list"]
     if limit:
         argv += ["--limit", limit]
-    env = dict(os.environ, ANSIBLE_INVENTORY_UNPARSED_FAILED="true", ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED="true",
-               ANSIBLE_NOCOLOR="1")
-    done = subprocess.run(argv, capture_output=True, text=True, env=env)
-    if done.returncode != 0:
+    env = ansible_env(home, {"ANSIBLE_INVENTORY_UNPARSED_FAILED": "true",
+                             "ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED": "true", "ANSIBLE_NOCOLOR": "1"})
+    done = run_command(argv, timeout_s=INVENTORY_TIMEOUT_S, env=env, cwd=DEFAULT_CWD)
+    if not done.ok:
         detail = " ".join(line.strip() for line in done.stderr.splitlines() if line.strip())[:600]
-        raise InventoryError(f"inventory {inventory} cannot be parsed: {detail}")
-    data = json.loads(done.stdout)
+        raise InventoryError(f"inventory {inventory} cannot be parsed: {detail or 'ansible-inventory timed out'}")
+    try:
+        data = loads_json_bounded(done.stdout, f"ansible-inventory --list of {inventory}")
+    except BoundedLoadError as exc:
+        raise InventoryError(str(exc)) from None
+    if not isinstance(data, dict):
+        raise InventoryError(f"inventory {inventory}: ansible-inventory printed no mapping")
     hosts = sorted(set(data.get("_meta", {}).get("hostvars", {})) | {
         host for group in data.values() if isinstance(group, dict) for host in group.get("hosts", [])})
     if not hosts:
@@ -187,7 +246,11 @@ def finish(rc: int, status: str, run_dir: Path, progress: Progress, write: Calla
         for host, problems in sorted(progress.failed.items()):
             write(f"  {host}: {problems[-1]}")
         return EXIT_COULD_NOT_CHECK
-    data = json.loads(report.read_text(encoding="utf-8"))
+    try:
+        data = load_json_bounded(str(report), FLEET_REPORT_MAX_BYTES, what="fleet report", allow_nan=True)
+    except BoundedLoadError as exc:
+        write(f"tunefleet verify: {exc}")
+        return EXIT_COULD_NOT_CHECK
     write(f"reports: {run_dir}")
     for host in sorted(progress.unreachable):
         write(f"  UNREACHABLE {host}: no report from this host")

@@ -10,6 +10,7 @@ from typing import Optional
 
 from verify.fleet.blame import blame_path_mtu
 from verify.fleet.model import NodeReport
+from verify.report.bench_table import is_benchmark
 from verify.result import STATUS_ORDER, CheckResult, Status
 from verify.stats import outliers as outlier_maths
 
@@ -28,6 +29,7 @@ class HostRow:
     statuses: dict  # check_id -> status value
     problems: list  # CheckResult, failures first
     source: str = ""
+    benchmarks: list = field(default_factory=list)  # CheckResult of role bench: the host's measured figures
 
 
 @dataclass
@@ -141,7 +143,8 @@ def _host_row(node: NodeReport, extra: list) -> HostRow:
     # A host is SKIP only when nothing on it could be checked; some SKIPs among PASSes are normal
     # (no GPU, no RDMA) and such a host reads as PASS.
     worst = next((s for s in HOST_ORDER if counts[s]), Status.SKIP.value)
-    return HostRow(node.host, worst, counts, statuses, problems, node.source)
+    benchmarks = [r for r in node.results if is_benchmark(r)]
+    return HostRow(node.host, worst, counts, statuses, problems, node.source, benchmarks)
 
 
 def _columns(rows: list) -> list:

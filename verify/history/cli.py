@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from verify.history import regress
+from verify.history.drain import DEFAULT_CAP
 from verify.result import EXIT_BAD_INPUT
 
 
@@ -38,6 +39,10 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
     s.add_argument("--node-name", default=None,
                    help="the node's name in the scheduler (default: the short host name; fleet: the inventory name)")
     s.add_argument("--dry-run", action="store_true", help="print the drain/resume commands instead of running them")
+    s.add_argument("--drain-cap", default=DEFAULT_CAP, metavar="CAP",
+                   help=f"drain no more than this share ('10%%') or count ('3') of the cluster's hosts, counting the "
+                        f"ones tunefleet drained already (default {DEFAULT_CAP}); beyond it the run says "
+                        "'drain cap reached' and names the hosts it did not drain")
 
 
 def add_history_parser(sub) -> None:
@@ -138,17 +143,19 @@ def default_node_name() -> str:
     return socket.gethostname().split(".")[0]
 
 
-def verdict_actions(args, report: dict, node, name: str) -> list:
+def verdict_actions(args, report: dict, node, name: str, held_by_cap: Optional[bool] = None) -> list:
     """--on-fail drain / --on-pass resume for one node report: the scheduler rows (none when not asked).
 
-    A FAIL drains; a run with an ERROR (something could not be checked) is not resumed, and a run cut
-    short by a signal does neither: an unfinished verdict must not move a node in or out of the scheduler.
+    A FAIL drains, within the drain cap (`held_by_cap`: the fleet run's plan decided; None: ask the scheduler
+    how many nodes tunefleet drained already); a run with an ERROR (something could not be checked) is not
+    resumed, and a run cut short by a signal does neither: an unfinished verdict must not move a node in or
+    out of the scheduler.
     """
     from verify import interrupt
 
     if not (getattr(args, "on_fail", None) or getattr(args, "on_pass", None)) or interrupt.received() is not None:
         return []
-    from verify.history.drain import act, first_failure
+    from verify.history.drain import act, cap_allows, first_failure
     from verify.report import results_of
     from verify.result import Status
 
@@ -156,6 +163,12 @@ def verdict_actions(args, report: dict, node, name: str) -> list:
     statuses = {r.status for r in results}
     failure = first_failure(results)
     if failure and args.on_fail == "drain":
+        if held_by_cap:
+            return []  # the fleet run says 'drain cap reached' once, naming every host it held back
+        if held_by_cap is None:
+            allowed, held = cap_allows(node, name, getattr(args, "drain_cap", DEFAULT_CAP), args.scheduler)
+            if not allowed:
+                return [held]
         return [act(node, "drain", name, args.scheduler, failure, args.dry_run).to_result()]
     if not failure and Status.ERROR not in statuses and args.on_pass == "resume":
         return [act(node, "resume", name, args.scheduler, dry_run=args.dry_run).to_result()]

@@ -98,8 +98,16 @@ def detect(node, node_name: str) -> str:
     raise SchedulerError(f"--scheduler auto: neither scontrol nor kubectl is installed here to {node_name!r}")
 
 
+def scheduler_env() -> dict:
+    """What scontrol/kubectl keep of our environment beyond the runner's allow-list: the cluster they talk to
+    (SLURM_CONF, as slurmd gives its hooks in a configless cluster; KUBECONFIG)."""
+    import os
+
+    return {name: os.environ[name] for name in ("SLURM_CONF", "KUBECONFIG") if os.environ.get(name)}
+
+
 def _run(node, argv: list) -> str:
-    out = node.run(argv, timeout_s=TIMEOUT_S)
+    out = node.run(argv, timeout_s=TIMEOUT_S, env=scheduler_env() or None)
     if out.missing:
         raise SchedulerError(f"{argv[0]} is not installed: cannot run {shlex.join(argv)}")
     if out.timed_out:
@@ -196,3 +204,110 @@ def _kubernetes(node, action: Action, failure: str, dry_run: bool) -> None:
     action.status = Status.SKIP if dry_run else Status.PASS
     action.message = ("dry run: would run " + "; ".join(shlex.join(c) for c in action.commands)) if dry_run else \
         f"{name}: tunefleet's taint and label removed in Kubernetes (other taints left as they are)"
+
+
+# ---- the drain guard -----------------------------------------------------------------------------
+# One bad rule (a threshold typo, a driver update that changes a reading) must not drain half a cluster:
+# no run drains more than a cap of the fleet's hosts (NVSentinel caps drains at a share of the fleet by
+# default). The cap is "N%" of the hosts or a count "N"; at least one host may always be drained unless
+# the cap is "0". Per-node runs (tunefleet check --mode health) count the nodes tunefleet has already
+# drained in the scheduler; a fleet run (plan) counts the hosts it is about to drain.
+
+DEFAULT_CAP = "10%"
+_CAP = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(%?)\s*$")
+
+
+def parse_cap(text: str) -> tuple:
+    """'10%' -> ('share', 10.0), '3' -> ('count', 3); ValueError naming the text."""
+    match = _CAP.match(str(text))
+    if not match:
+        raise ValueError(f"drain cap {text!r}: give a share of the hosts ('10%') or a count ('3')")
+    number = float(match.group(1))
+    if match.group(2):
+        if number > 100:
+            raise ValueError(f"drain cap {text!r}: a share is at most 100%")
+        return "share", number
+    if number != int(number):
+        raise ValueError(f"drain cap {text!r}: a count is a whole number")
+    return "count", int(number)
+
+
+def cap_count(cap: str, total_hosts: int) -> int:
+    """How many of total_hosts one run may have drained: the share rounded down, at least 1 (unless 0)."""
+    kind, number = parse_cap(cap)
+    if kind == "count":
+        return int(number)
+    if number == 0:
+        return 0
+    return max(1, int(total_hosts * number / 100.0))
+
+
+@dataclass
+class DrainPlan:
+    drain: list  # (host, failure) to drain, in the order given
+    held: list  # hosts not drained: the cap was reached
+    limit: int
+    total_hosts: int
+    cap: str
+
+    def held_row(self) -> Optional[CheckResult]:
+        """The 'drain cap reached' row naming every host not drained; None when none was held back."""
+        if not self.held:
+            return None
+        return CheckResult(
+            "scheduler.drain_cap", ROLE, Status.WARN, f"at most {self.limit} of {self.total_hosts} hosts drained "
+            f"(cap {self.cap})", self.held,
+            f"drain cap reached: {self.limit} of {self.total_hosts} hosts (cap {self.cap}) already drained or "
+            f"draining; not drained: {', '.join(self.held)}",
+            "look at the failures first: so many at once is more often a bad rule or a fleet-wide change than "
+            "bad hardware; drain them by hand, or raise the cap (--drain-cap)",
+            {"not_drained": list(self.held), "limit": self.limit, "total_hosts": self.total_hosts, "cap": self.cap})
+
+
+def plan(failing: list, total_hosts: int, cap: str = DEFAULT_CAP, already_drained: int = 0) -> DrainPlan:
+    """Which failing (host, failure) pairs one run may drain: at most cap_count(cap, total_hosts) in all,
+    counting `already_drained` (nodes tunefleet drained before) first. Worst first is the caller's order."""
+    limit = cap_count(cap, total_hosts)
+    room = max(0, limit - already_drained)
+    return DrainPlan(list(failing[:room]), [host for host, _ in failing[room:]], limit, total_hosts, cap)
+
+
+def drained_by_us(node, scheduler: str = "auto") -> tuple:
+    """(hosts in the cluster, names tunefleet has drained) from the scheduler; SchedulerError when it cannot
+    be asked. Slurm: `scontrol -o show nodes`; Kubernetes: `kubectl get nodes -o json` (our taint)."""
+    found = scheduler if scheduler != "auto" else detect(node, "the cluster")
+    if found == "slurm":
+        lines = [line for line in _run(node, ["scontrol", "-o", "show", "nodes"]).splitlines() if line.strip()]
+        ours = []
+        for line in lines:
+            flags, reason = slurm_state(line)
+            name = re.search(r"(?:^|\s)NodeName=(\S+)", line)
+            if name and flags & {"DRAIN", "DRAINED", "DRAINING"} and reason.startswith(SLURM_REASON_PREFIX):
+                ours.append(name.group(1))
+        return len(lines), ours
+    try:
+        items = json.loads(_run(node, ["kubectl", "get", "nodes", "-o", "json"])).get("items") or []
+    except (ValueError, AttributeError) as exc:
+        raise SchedulerError(f"kubectl get nodes -o json: not a node list ({exc})") from exc
+    ours = [str((item.get("metadata") or {}).get("name")) for item in items
+            if any(isinstance(t, dict) and t.get("key") == K8S_KEY
+                   for t in (item.get("spec") or {}).get("taints") or [])]
+    return len(items), ours
+
+
+def cap_allows(node, node_name: str, cap: str = DEFAULT_CAP, scheduler: str = "auto") -> tuple:
+    """(may this node be drained now, the 'drain cap reached' row or None), for a run on one node: the
+    nodes tunefleet already drained in the cluster count against the cap. A scheduler that cannot be asked
+    does not hold the drain back: the drain itself then says what is wrong."""
+    try:
+        total, ours = drained_by_us(node, scheduler)
+    except SchedulerError:
+        return True, None
+    if node_name in ours:
+        return True, None  # already ours: re-draining only refreshes the reason
+    decided = plan([(node_name, "")], total, cap, already_drained=len(ours))
+    if decided.drain:
+        return True, None
+    row = decided.held_row()
+    row.details["drained_by_tunefleet"] = ours
+    return False, row

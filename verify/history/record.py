@@ -1,5 +1,7 @@
 """What a verify run does with the history: open it before anything runs (bad input refused early),
-judge the finished run against the node's past, and append it, all of it in one transaction.
+judge the finished run against the node's past, and append it, all of it in one transaction; and the health
+counters the next run judges as increases (issue 26 item 3): `counters_of` keeps them from a result,
+`previous_counters` gives them back in the shape node.memo["previous_counters"] holds for the checks.
 """
 from __future__ import annotations
 
@@ -14,6 +16,15 @@ from verify.result import CheckResult, Status, counts, exit_code
 CONFIG_VALUE_LIMIT = 200  # characters kept of one observed config value
 # Results that are judgements of the history itself, or of the fleet, are not the node's config.
 NOT_CONFIG_ROLES = frozenset({regress.ROLE, "fleet", "verify", "scheduler"})
+# The counters a health result carries, as its check writes them into details and reads them back from
+# node.memo["previous_counters"][check_id]: (check id prefix, details key, nesting depth).
+COUNTER_DETAILS = (
+    ("health.nvlink.", "errors", 2),  # {"<link>": {"<counter name>": n}} (verify.checks.health_nvlink)
+    ("health.ib.", "counters", 1),  # {"<sysfs counter>": n} (verify.checks.health_ib)
+    # ECC and row-remap counts as nvidia-smi printed them (text; flags such as "No" are not counts). Kept for
+    # verify.checks.health_gpu's memory judge, which does not read previous counters yet.
+    ("health.gpu.memory.", "readings", 1),
+)
 
 
 @dataclass
@@ -47,6 +58,63 @@ def measurements_of(results: list) -> list:
     return out
 
 
+def _counter_shape(check_id: str) -> Optional[tuple]:
+    """(details key, depth) of a check that carries counters, else None."""
+    for prefix, key, depth in COUNTER_DETAILS:
+        if check_id.startswith(prefix) and len(check_id) > len(prefix):
+            return key, depth
+    return None
+
+
+def counter_depth(check_id: str) -> Optional[int]:
+    shape = _counter_shape(check_id)
+    return shape[1] if shape else None
+
+
+def _count(value: object) -> Optional[int]:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value if value >= 0 else None
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return None
+
+
+def _counts(values: object, depth: int) -> dict:
+    if not isinstance(values, dict):
+        return {}
+    out = {}
+    for name, value in values.items():
+        kept = _count(value) if depth <= 1 else (_counts(value, depth - 1) or None)
+        if kept is not None:
+            out[str(name)] = kept
+    return out
+
+
+def counters_of(result: CheckResult) -> Optional[dict]:
+    """The counters of one health result, in the shape its check reads them back, or None (not a check
+    with counters, or none read this time). Anything that is not a non-negative whole count is left out."""
+    shape = _counter_shape(result.check_id)
+    if shape is None:
+        return None
+    return _counts((result.details or {}).get(shape[0]), shape[1]) or None
+
+
+def counters_by_check(results: list) -> dict:
+    """check_id -> counters, for every result that carries some (what a run keeps for the next one)."""
+    out = {}
+    for r in results:
+        counters = counters_of(r)
+        if counters is not None:
+            out[r.check_id] = counters
+    return out
+
+
+def previous_counters(store: HistoryStore, host: str) -> dict:
+    """node.memo["previous_counters"] for a run of host: what its last recorded run kept ({} when none).
+    A damaged row is skipped and named in store.warnings; a history that cannot be read raises HistoryError."""
+    return store.last_counters(host, counter_depth)
+
+
 def config_of(report: dict, results: list) -> dict:
     """The values drift is judged on: each config check's observed value, and the version facts."""
     from verify.report import one_line
@@ -71,7 +139,7 @@ def run_record(report: dict, results: list, source: str, run_key: Optional[str] 
     return RunRecord(host=str(report.get("host") or "unknown"), started_at=str(started), source=source,
                      run_key=run_key or secrets.token_hex(8), worst=worst, exit_code=exit_code(results),
                      measurements=measurements_of(results), config=config_of(report, results),
-                     tool_version=__version__)
+                     tool_version=__version__, counters=counters_by_check(results))
 
 
 def judge(store: HistoryStore, record: RunRecord, settings: regress.Settings) -> list:

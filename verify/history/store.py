@@ -18,6 +18,12 @@ the time of the host's last operator acknowledgement (`tunefleet ack`), or boot 
 deliberately not the previous run's start: an event the previous run reported as FAIL and nobody
 acknowledged must keep failing, or a broken GPU would pass on the second run. The previous run's start
 (`previous_run_utc`) is given beside it, so a judge can mark events "new since the last run".
+
+Counters (issue 26 item 3): each run keeps, per health check, the error counters it read (a small JSON
+object, at most COUNTERS_BODY_LIMIT characters; verify.history.record says which). The next run of the host
+reads them back (`last_counters`) and judges each counter by its increase since then, "since driver load"
+beside it. Unlike events, counters are deliberately taken from the previous run: a count already reported
+stays in the total the judge shows, and a count that went down (a driver reload) is judged whole again.
 """
 from __future__ import annotations
 
@@ -27,12 +33,15 @@ import json
 import os
 import sqlite3
 import stat
-from dataclasses import dataclass
-from typing import Iterable, Iterator, Optional
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator, Optional
 from urllib.parse import quote
 
 APPLICATION_ID = 0x54464831  # "TFH1": marks the file as a tunefleet history
 BUSY_TIMEOUT_MS = 30_000  # a fleet's worth of concurrent appends, each a few milliseconds
+# One check's counters as stored (compact JSON). An 8-GPU baseboard's GPU with 18 NVLink links and their 3
+# error counters is about 1,200 characters; a larger body is not stored and its next run judges since driver load.
+COUNTERS_BODY_LIMIT = 8_192
 
 # Each entry brings the schema from version i to i + 1; never edit one that has shipped.
 MIGRATIONS = (
@@ -63,6 +72,11 @@ MIGRATIONS = (
     CREATE TABLE acks (id INTEGER PRIMARY KEY, host_id INTEGER NOT NULL REFERENCES hosts(id),
                        at_utc TEXT NOT NULL, reason TEXT NOT NULL, who TEXT NOT NULL);
     CREATE INDEX acks_by_host ON acks (host_id, id);
+    """,
+    # 4: each run's health counters per check (NVLink, IB, ECC / remap counts), judged as deltas by the next run.
+    """
+    CREATE TABLE counters (run_id INTEGER NOT NULL REFERENCES runs(id), check_id TEXT NOT NULL,
+                           body TEXT NOT NULL, PRIMARY KEY (run_id, check_id)) WITHOUT ROWID;
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -99,6 +113,7 @@ class RunRecord:
     measurements: list  # Measurement
     config: dict  # name -> value text, for drift
     tool_version: str = ""
+    counters: dict = field(default_factory=dict)  # check_id -> its counters (verify.history.record.counters_of)
 
 
 @dataclass
@@ -230,6 +245,8 @@ class HistoryStore:
                     rows.append((run_id, check_ids[m.check_id], host_id, m.status, m.value))
                 db.executemany("INSERT OR REPLACE INTO measurements (run_id, check_id, host_id, status, value) "
                                "VALUES (?, ?, ?, ?, ?)", rows)
+                db.executemany("INSERT OR REPLACE INTO counters (run_id, check_id, body) VALUES (?, ?, ?)",
+                               [(run_id, check, body) for check, body in _counter_bodies(run.counters)])
                 ids.append(run_id)
         return ids
 
@@ -289,6 +306,36 @@ class HistoryStore:
         if ack is None:
             return Lookback(None, BOOT.source, previous)
         return Lookback(ack.at_utc, f"operator ack {ack.at_utc}: {ack.reason}", previous)
+
+    def last_counters(self, host: str, depth_of: Callable[[str], Optional[int]]) -> dict:
+        """{check_id: counters} the host's last recorded run kept ({} when none, or when it kept none).
+
+        depth_of(check_id) says how the caller's judge expects them nested: 1 for {name: count}, 2 for
+        {part: {name: count}}, None for a check it does not judge (left out). A row of another shape, or not
+        JSON, or with a count that is not a non-negative whole number, is damaged: skipped and noted.
+        """
+        with self._errors("read"):
+            row = self.db.execute(
+                "SELECT r.id FROM runs r JOIN hosts h ON h.id = r.host_id WHERE h.name = ? "
+                "ORDER BY r.id DESC LIMIT 1", (host,)).fetchone()
+            if row is None:
+                return {}
+            rows = self.db.execute("SELECT check_id, body FROM counters WHERE run_id = ?", (row[0],)).fetchall()
+        out = {}
+        for check, body in rows:
+            depth = depth_of(check) if isinstance(check, str) else None
+            if depth is None:
+                continue
+            try:
+                counters = json.loads(body) if isinstance(body, (str, bytes)) else None
+            except ValueError:
+                counters = None
+            if _nested_counts(counters, depth):
+                out[check] = counters
+            else:
+                self._damaged(f"run {row[0]}, check {check}", "counters.body", body,
+                              f"not {'{name: count}' if depth == 1 else '{part: {name: count}}'}")
+        return out
 
     def hosts(self) -> list:
         with self._errors("read"):
@@ -404,6 +451,25 @@ class HistoryStore:
             body = self.db.execute("SELECT body FROM config_sets WHERE id = ?", (config_id,)).fetchone()
             out[config_id] = self._config(config_id, body[0]) if body else None
         return out
+
+
+def _nested_counts(value: object, depth: int) -> bool:
+    """value is {text: count} nested `depth` deep, each count a non-negative whole number."""
+    if not isinstance(value, dict):
+        return False
+    if depth <= 1:
+        return all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value.values())
+    return all(_nested_counts(v, depth - 1) for v in value.values())
+
+
+def _counter_bodies(counters: dict) -> list:
+    """[(check_id, compact JSON)] of the counters small enough to keep (COUNTERS_BODY_LIMIT)."""
+    bodies = []
+    for check, values in sorted((counters or {}).items()):
+        body = json.dumps(values, sort_keys=True, separators=(",", ":"))
+        if len(body) <= COUNTERS_BODY_LIMIT:
+            bodies.append((check, body))
+    return bodies
 
 
 # ---- opening -----------------------------------------------------------------------------------

@@ -6,10 +6,12 @@ from __future__ import annotations
 import datetime
 import importlib
 import os
+import secrets
 from typing import Optional
 
-from verify.result import CheckResult, counts, exit_code, sort_for_people
-from verify.safe_io import PRIVATE_DIR, PRIVATE_FILE, SHARED_FILE, open_trusted_dir, write_in_dir
+from verify.judging import verdicts
+from verify.result import CheckResult, Status, counts, exit_code, sort_for_people
+from verify.safe_io import PRIVATE_DIR, PRIVATE_FILE, SHARED_FILE, UnsafePathError, open_trusted_dir, write_in_dir
 
 SCHEMA = "tunefleet.node_report/v1"
 # format -> (module, file name); jinja2 is needed by html only.
@@ -20,6 +22,28 @@ WRITERS = {
     "junit": ("verify.report.junit", "report.junit.xml"),
     "prom": ("verify.report.prometheus", "tunefleet.prom"),
 }
+
+
+class OutDirError(ValueError):
+    """A report directory that cannot be used; the message is one line naming it and why."""
+
+
+def check_out_dir(path: str, world_readable: bool = False) -> None:
+    """Refuse a report directory before any work, not after with a traceback: one others can change (a
+    symlink or directory planted by another user, verify.safe_io), or one we cannot write (a read-only
+    mount, a path under a regular file or under /proc). Makes it when missing, as write_reports would."""
+    try:
+        dir_fd = open_trusted_dir(path, create=True, mode=0o755 if world_readable else PRIVATE_DIR)
+        try:
+            probe = f".tunefleet-write-test-{secrets.token_hex(6)}"
+            os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=dir_fd))
+            os.unlink(probe, dir_fd=dir_fd)
+        finally:
+            os.close(dir_fd)
+    except UnsafePathError as exc:
+        raise OutDirError(f"report directory {path} cannot be used safely: {exc.strerror}") from exc
+    except OSError as exc:
+        raise OutDirError(f"report directory {path} is not writable: {exc.strerror or exc}") from exc
 
 
 class FormatUnavailable(RuntimeError):
@@ -37,7 +61,8 @@ def build_report(spec: dict, facts: dict, results: list, run: dict) -> dict:
         "generated_at": utc_now(),
         "run": run,
         "profile": (spec.get("verify") or {}).get("profile"),
-        "summary": {"counts": counts(results), "exit_code": exit_code(results), "total": len(results)},
+        "summary": {"counts": counts(results), "exit_code": exit_code(results), "total": len(results),
+                    "action": run_action(results)},
         "facts": facts,
         "desired_state": spec,
         "results": [r.to_dict() for r in results],
@@ -90,6 +115,35 @@ def summary_of(report: dict) -> tuple:
         tally, code = tally or counts(results), code if isinstance(code, int) and not isinstance(code, bool) \
             else exit_code(results)
     return {s: tally[s] for s in counts([])}, code
+
+
+def run_action(results: list) -> str:
+    """The most disruptive action class the run's results carry (verify.judging.verdicts), "ok" when none
+    does: what the operator does next about this node. A config check judges no class (its FAIL is in the
+    counts and the exit code)."""
+    return verdicts.worst(a for a in (verdicts.action_of(r.details) for r in results) if a)
+
+
+def action_of_report(report: dict) -> str:
+    """The run's action class as recorded, recomputed from the results where a saved report lacks it."""
+    recorded = section(report, "summary").get("action")
+    return recorded if recorded in verdicts.ACTIONS else run_action(results_of(report))
+
+
+def action_note(report: dict) -> str:
+    """"action: reboot" for the headline of every human-facing format; "" when the run's class is ok (a config
+    FAIL carries no class, and "action ok" beside it would read as "nothing to do")."""
+    action = action_of_report(report)
+    return "" if action == verdicts.OK else f"action: {action}"
+
+
+def action_label(result: CheckResult) -> str:
+    """"FAIL [reboot]": a result's status with the action class it carries; PASS (and a result with no
+    class) is the status alone."""
+    action = verdicts.action_of(result.details)
+    if result.status is Status.PASS or not action:
+        return result.status.value
+    return f"{result.status.value} [{action}]"
 
 
 def host_of(report: dict) -> str:

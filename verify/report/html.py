@@ -8,8 +8,22 @@ from __future__ import annotations
 from pathlib import Path
 
 from verify.bounded_load import finite_number
-from verify.report import FormatUnavailable, fact_text, for_people, host_of, listed, one_line, section, summary_of
+from verify.report import (
+    FormatUnavailable,
+    action_label,
+    action_note,
+    bench_table,
+    fact_text,
+    for_people,
+    host_of,
+    listed,
+    one_line,
+    section,
+    summary_of,
+)
 from verify.report.bench_phase import lines as bench_lines
+from verify.report.trend_plots import report_trends
+from verify.result import Status
 
 TEMPLATE = "report.html.j2"
 
@@ -39,6 +53,7 @@ def node_view(report: dict) -> dict:
         "generated_at": fact_text(report, "generated_at"),
         "profile": fact_text(report, "profile", default="none"),
         "exit_code": code,
+        "action": action_note(report),
         "counts": counts,
         "os_name": fact_text(facts, "os", "pretty_name", default="unknown OS"),
         "kernel": fact_text(facts, "kernel"),
@@ -74,10 +89,19 @@ def render(report: dict) -> str:
     directory = template_dir()
     if not (directory / TEMPLATE).is_file():
         raise FormatUnavailable(f"template {TEMPLATE} not found under {directory}")
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(directory)), autoescape=True,
-                             undefined=jinja2.StrictUndefined)
-    env.filters["one_line"] = one_line
-    from verify.report.trend_plots import report_trends
+    from verify.desired import template_environment  # sandboxed: the one Jinja environment (verify.desired)
 
-    return env.get_template(TEMPLATE).render(node=node_view(report), results=for_people(report),
-                                             bench_lines=bench_lines(report), history_plots=report_trends(report))
+    env = template_environment(directory, autoescape=True, undefined=jinja2.StrictUndefined)
+    env.filters["one_line"] = one_line
+    env.filters["action_label"] = action_label
+    results = for_people(report)
+    # The page's order: what was measured, then the health and config findings, then trends and every row.
+    findings = [r for r in results if not bench_table.is_benchmark(r) and r.status not in (Status.PASS, Status.SKIP)]
+    return env.get_template(TEMPLATE).render(node=node_view(report), results=results, findings=findings,
+                                             bench_rows=bench_rows(report), bench_lines=bench_lines(report),
+                                             history_plots=report_trends(report))
+
+
+def bench_rows(report: dict) -> list:
+    """(BenchRow, its inline SVG bar) per benchmark result, failures first."""
+    return [(row, bench_table.bar_svg(row)) for row in bench_table.rows(report)]

@@ -8,7 +8,7 @@ import re
 import xml.etree.ElementTree as ET
 
 from verify.bounded_load import finite_number
-from verify.report import fact_text, host_of, one_line, results_of, section, summary_of
+from verify.report import action_label, action_of_report, fact_text, host_of, one_line, results_of, section, summary_of
 from verify.result import Status
 
 # Characters XML 1.0 cannot carry at all (tool output may hold them): shown as \xNN instead.
@@ -34,19 +34,21 @@ def render(report: dict) -> str:
     properties = ET.SubElement(suite, "properties")
     ET.SubElement(properties, "property", name="schema", value=xml_text(fact_text(report, "schema", default="")))
     ET.SubElement(properties, "property", name="profile", value=xml_text(fact_text(report, "profile", default="")))
+    ET.SubElement(properties, "property", name="action", value=action_of_report(report))
     for r in results:
         case = ET.SubElement(suite, "testcase", classname=xml_text(f"tunefleet.{r.role}"), name=xml_text(r.check_id),
                              time="0")
         text = xml_text(f"expected: {one_line(r.expected)}\nobserved: {one_line(r.observed)}\n"
                         + (f"remediation: {r.remediation}\n" if r.remediation else ""))
         reason = xml_text(r.reason)
+        label = action_label(r)  # "FAIL [reboot]": the type CI shows says what to do
         if r.status is Status.FAIL:
-            ET.SubElement(case, "failure", message=reason, type="FAIL").text = text
+            ET.SubElement(case, "failure", message=reason, type=label).text = text
         elif r.status is Status.ERROR:
-            ET.SubElement(case, "error", message=reason, type="ERROR").text = text
+            ET.SubElement(case, "error", message=reason, type=label).text = text
         elif r.status is Status.SKIP:
             ET.SubElement(case, "skipped", message=reason)
         elif r.status is Status.WARN:
-            ET.SubElement(case, "system-out").text = f"WARN: {reason}\n{text}"
+            ET.SubElement(case, "system-out").text = f"{label}: {reason}\n{text}"
     ET.indent(suites)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"

@@ -45,7 +45,8 @@ def busbw_curves(curves: dict, title: str, highlight: frozenset = frozenset()) -
         return ""
     all_points = [p for pts in curves.values() for p in pts]
     x_lo, x_hi = math.log2(min(p[0] for p in all_points)), math.log2(max(p[0] for p in all_points))
-    y_hi = max(p[1] for p in all_points) * 1.05 or 1.0
+    y_ticks = nice_ticks(max(p[1] for p in all_points))
+    y_hi = y_ticks[-1]
     peak = {h: max(b for _, b in pts) for h, pts in curves.items()}
     shown = sorted(curves, key=lambda h: (h not in highlight, peak[h], h))[:MAX_CURVES]
 
@@ -56,7 +57,7 @@ def busbw_curves(curves: dict, title: str, highlight: frozenset = frozenset()) -
         return x, y
 
     parts = [_frame(title, "message size (bytes, log2)", "busbw GB/s")]
-    parts.extend(_y_ticks(y_hi))
+    parts.extend(_y_ticks(y_ticks))
     parts.extend(_x_size_ticks(x_lo, x_hi, xy))
     for host in reversed(shown):
         colour = "#c0392b" if host in highlight else "#7f8c8d"
@@ -98,10 +99,10 @@ def distribution(values: dict, title: str, unit: str = "", highlight: frozenset 
         height = count / top * plot_h
         colour = "#c0392b" if flagged[i] else "#5d6d7e"
         x = LEFT + i * bar_w
-        label = f"{lo + i * width:g} to {lo + (i + 1) * width:g}: {count} hosts"
+        label = f"{si(lo + i * width)} to {si(lo + (i + 1) * width)}: {count} hosts"
         parts.append(f'<rect class="bar" x="{x:.1f}" y="{HEIGHT - BOTTOM - height:.1f}" width="{bar_w - 1:.1f}" '
                      f'height="{height:.1f}" fill="{colour}"><title>{escape(label)}</title></rect>')
-    for value, label in ((lo, f"{lo:g}"), (hi, f"{hi:g}")):
+    for value, label in ((lo, si(lo)), (hi, si(hi))):
         x = LEFT + (value - lo) / ((hi - lo) or 1.0) * plot_w
         parts.append(f'<text x="{x:.1f}" y="{HEIGHT - BOTTOM + 14}" font-size="10" text-anchor="middle">{label}</text>')
     parts.append(f'<text x="{LEFT - 6}" y="{TOP + 4}" font-size="10" text-anchor="end">{top}</text>')
@@ -123,23 +124,52 @@ def _median_curve(curves: dict) -> list:
 
 def _frame(title: str, x_label: str, y_label: str) -> str:
     return (
-        f'<text x="{WIDTH / 2}" y="14" font-size="13" text-anchor="middle" font-weight="bold">{escape(title)}</text>'
+        f'<text class="title" x="{WIDTH / 2}" y="14" font-size="13" text-anchor="middle" font-weight="bold">'
+        f"{escape(title)}</text>"
         f'<line x1="{LEFT}" y1="{HEIGHT - BOTTOM}" x2="{WIDTH - RIGHT}" y2="{HEIGHT - BOTTOM}" stroke="#333"/>'
         f'<line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{HEIGHT - BOTTOM}" stroke="#333"/>'
-        f'<text x="{(LEFT + WIDTH - RIGHT) / 2}" y="{HEIGHT - 18}" font-size="11" text-anchor="middle">'
-        f"{escape(x_label)}</text>"
-        f'<text x="14" y="{(TOP + HEIGHT - BOTTOM) / 2}" font-size="11" text-anchor="middle" '
+        f'<text class="axis-label" x="{(LEFT + WIDTH - RIGHT) / 2}" y="{HEIGHT - 18}" font-size="11" '
+        f'text-anchor="middle">{escape(x_label)}</text>'
+        f'<text class="axis-label" x="14" y="{(TOP + HEIGHT - BOTTOM) / 2}" font-size="11" text-anchor="middle" '
         f'transform="rotate(-90 14 {(TOP + HEIGHT - BOTTOM) / 2})">{escape(y_label)}</text>'
     )
 
 
-def _y_ticks(y_hi: float) -> list:
-    ticks = []
-    for i in range(5):
-        value = y_hi * i / 4
-        y = HEIGHT - BOTTOM - i / 4 * (HEIGHT - TOP - BOTTOM)
-        ticks.append(f'<text x="{LEFT - 6}" y="{y + 3:.1f}" font-size="10" text-anchor="end">{value:.3g}</text>')
-    return ticks
+# SI prefixes for axis labels: "2.5k" fits the 60 px left margin where "2.5e+03" spilled over the axis title.
+SI_PREFIXES = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""), (1e-3, "m"), (1e-6, "µ"), (1e-9, "n"))
+
+
+def si(value: float) -> str:
+    """A figure in at most three significant digits with an SI prefix: 2500 -> '2.5k', 0.0042 -> '4.2m'."""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"
+    for factor, prefix in SI_PREFIXES:
+        if abs(value) >= factor * 0.9995:
+            return f"{value / factor:.3g}{prefix}"
+    return f"{value:.3g}"
+
+
+def nice_ticks(top: float, most: int = 6) -> list:
+    """0 up to the first round value (1, 2, 2.5 or 5 x 10^k steps) at or above `top`, at most `most` ticks:
+    labels that differ in their first digits, never 1.66k beside 2.5k."""
+    if not math.isfinite(top) or top <= 0:
+        return [0.0, 1.0]
+    raw = top / (most - 1)
+    magnitude = 10 ** math.floor(math.log10(raw))
+    step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
+    count = max(1, math.ceil(top / step - 1e-9))
+    return [round(step * i, 12) for i in range(count + 1)]
+
+
+def _y_ticks(ticks: list) -> list:
+    """Labels at the given tick values (nice_ticks); the last one is the top of the plot."""
+    out = []
+    top = ticks[-1] or 1.0
+    for value in ticks:
+        y = HEIGHT - BOTTOM - value / top * (HEIGHT - TOP - BOTTOM)
+        out.append(f'<text class="tick" x="{LEFT - 6}" y="{y + 3:.1f}" font-size="10" text-anchor="end">'
+                   f"{si(value)}</text>")
+    return out
 
 
 def _x_size_ticks(x_lo: float, x_hi: float, xy) -> list:
@@ -148,8 +178,8 @@ def _x_size_ticks(x_lo: float, x_hi: float, xy) -> list:
     exponent = math.ceil(x_lo)
     while exponent <= x_hi:
         x, _ = xy(2.0 ** exponent, 0)
-        ticks.append(f'<text x="{x:.1f}" y="{HEIGHT - BOTTOM + 14}" font-size="10" text-anchor="middle">'
-                     f"{_size_label(2 ** exponent)}</text>")
+        ticks.append(f'<text class="tick" x="{x:.1f}" y="{HEIGHT - BOTTOM + 14}" font-size="10" '
+                     f'text-anchor="middle">{_size_label(2 ** exponent)}</text>')
         exponent += step
     return ticks
 
@@ -162,7 +192,7 @@ def _size_label(size: int) -> str:
 
 
 def _svg(parts: list, title: str) -> str:
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" role="img" aria-label="{escape(title)}" '
+    return (f'<svg class="plot" xmlns="http://www.w3.org/2000/svg" role="img" aria-label="{escape(title)}" '
             f'width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}">' + "".join(parts) + "</svg>")
 
 

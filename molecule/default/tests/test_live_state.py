@@ -10,6 +10,8 @@ import shlex
 
 import pytest
 
+from verify.kernel_rules import compare, direction_of
+
 MOLECULE_DIR = "/var/tmp/tunefleet-molecule"
 FACT_FILE = "/etc/ansible/facts.d/tunefleet_molecule.fact"
 VERIFY_OUT = f"{MOLECULE_DIR}/report"
@@ -22,10 +24,6 @@ def read_json(host, path: str) -> dict:
 def active(text: str) -> str:
     """`none [mq-deadline] kyber` -> `mq-deadline`."""
     return text.split("[", 1)[1].split("]", 1)[0] if "[" in text else text.strip()
-
-
-def same_value(observed: str, expected: object) -> bool:
-    return " ".join(str(observed).split()) == " ".join(str(expected).split())
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +47,10 @@ def test_namespaced_sysctls_are_live(host, spec, fixture):
     for key in fixture["sysctl_namespaced_keys"]:
         expected = spec["sysctl"]["settings"][key]
         observed = host.check_output(f"sysctl -n {key}")
-        assert same_value(observed, expected), f"{key}: kernel says {observed!r}, desired {expected!r}"
+        # never de-tune (kernel_rules.DIRECTIONS): an at_least key the node had higher stays higher
+        direction = direction_of(key, spec["sysctl"].get("exact_keys") or [])
+        assert compare(direction, observed, expected) in ("same", "better"), \
+            f"{key}: kernel says {observed!r}, desired {expected!r} ({direction})"
     assert host.check_output("sysctl -n net.core.somaxconn") == "8192"
 
 

@@ -1,0 +1,121 @@
+"""The NVSwitch fabric: every GPU registered with it (NVML's fabric state Completed, status Success) and
+nvidia-fabricmanager running at the driver's version where the NVSwitches sit on this host's bus (HGX).
+
+A Fabric Manager that is down leaves NVLink "Active" while CUDA cannot start (error 802, "system not yet
+initialized") and peer access is dead (NVIDIA Fabric Manager User Guide, "Fabric Manager"; the fabric
+manager package must match the driver's version exactly, same guide, "Installation"). A GPU whose
+registration is still in progress while the manager runs is a WARN (a node just booted; the scheduler's
+prolog sees it); in progress or not started with the manager down, or finished with an error, is a FAIL.
+Systems with no fabric (PCIe cards, NVLink bridges, one GPU in a VM) SKIP with the reason.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from verify.checks.common import result, skip
+from verify.checks.health_common import ROLE
+from verify.facts.fabric import (
+    FABRIC_COMPLETED,
+    FABRIC_IN_PROGRESS,
+    FABRIC_NAMES,
+    FABRIC_NOT_STARTED,
+    FABRIC_NOT_SUPPORTED,
+    MANAGER_UNIT,
+    ManagerState,
+    nvswitches,
+    read_gpu_fabric,
+    read_manager,
+)
+from verify.facts.pci import driver_reason
+from verify.judging import verdicts
+from verify.node import Node
+from verify.result import Status
+
+START_MANAGER = f"start it (systemctl enable --now {MANAGER_UNIT}) and check its log (/var/log/fabricmanager.log)"
+
+
+def judge_fabric(index: int, bus_id: str, state: int, status: Optional[int],
+                 manager_active: Optional[bool] = None) -> Optional[object]:
+    """One GPU's NVSwitch fabric registration (nvmlDeviceGetGpuFabricInfo); None where there is no fabric.
+    manager_active: nvidia-fabricmanager's state where known (None in the scheduler's prolog)."""
+    check_id = f"health.gpu.fabric.{index}"
+    if state == FABRIC_NOT_SUPPORTED:
+        return None
+    label = f"GPU {index} ({bus_id})"
+    details = {"index": index, "bus_id": bus_id, "state": FABRIC_NAMES.get(state, f"state {state}"),
+               "status": status}
+    if state == FABRIC_COMPLETED and status == 0:
+        return result(check_id, ROLE, Status.PASS, "fabric completed", "completed",
+                      details=dict(details, **{verdicts.ACTION_KEY: verdicts.OK}))
+    seen = FABRIC_NAMES.get(state, f"state {state}")
+    if state in (FABRIC_NOT_STARTED, FABRIC_IN_PROGRESS) and manager_active is False:
+        return result(check_id, ROLE, Status.FAIL, "fabric completed", f"{seen}, {MANAGER_UNIT} not active",
+                      f"{label}: NVSwitch fabric registration {seen} and {MANAGER_UNIT} is not running: CUDA and "
+                      "NVLink peer access are unavailable",
+                      details=dict(details, **{verdicts.ACTION_KEY: verdicts.REBOOT}),
+                      fix=f"{MANAGER_UNIT}: {START_MANAGER}; if it does not complete: "
+                          + verdicts.remedy(verdicts.REBOOT, index, label))
+    if state in (FABRIC_NOT_STARTED, FABRIC_IN_PROGRESS):
+        # still registering (fabric manager starting): a job now would have no NVLink; not yet a fault
+        return result(check_id, ROLE, Status.WARN, "fabric completed", seen,
+                      f"{label}: NVSwitch fabric registration {seen}",
+                      details=dict(details, **{verdicts.ACTION_KEY: verdicts.WATCH}),
+                      fix=f"check {MANAGER_UNIT} (systemctl status {MANAGER_UNIT})")
+    return result(check_id, ROLE, Status.FAIL, "fabric completed", f"{seen}, status {status}",
+                  f"{label}: NVSwitch fabric registration finished with NVML status {status}",
+                  details=dict(details, **{verdicts.ACTION_KEY: verdicts.REBOOT}),
+                  fix=verdicts.remedy(verdicts.REBOOT, index, label))
+
+
+def judge_manager(manager: ManagerState, driver: str, switches: list) -> object:
+    check_id = "health.fabric.manager"
+    expected = f"{MANAGER_UNIT} active, version {driver or 'of the driver'}"
+    observed = f"{manager.state_text}, version {manager.version or 'unknown'}"
+    details = {"switches": switches, "state": manager.state_text, "version": manager.version, "driver": driver}
+    if manager.active is None:
+        return skip(check_id, ROLE, f"cannot read {MANAGER_UNIT}'s state ({manager.state_text})", expected)
+    if not manager.active:
+        return result(check_id, ROLE, Status.FAIL, expected, observed,
+                      f"{len(switches)} NVSwitch(es) on the bus and {MANAGER_UNIT} is {manager.state_text}",
+                      details=dict(details, **{verdicts.ACTION_KEY: verdicts.REBOOT}),
+                      fix=f"{MANAGER_UNIT}: {START_MANAGER}")
+    if driver and manager.version and manager.version != driver:
+        return result(check_id, ROLE, Status.FAIL, expected, observed,
+                      f"{MANAGER_UNIT} {manager.version} does not match the driver {driver} (the manager refuses "
+                      "to run or leaves the fabric unconfigured)",
+                      details=dict(details, **{verdicts.ACTION_KEY: verdicts.REBOOT}),
+                      fix=f"install the fabric manager package of driver {driver}, then restart {MANAGER_UNIT}")
+    return result(check_id, ROLE, Status.PASS, expected, observed, details=details)
+
+
+def fabric_results(node: Node) -> list:
+    """The scheduler's prolog: NVML's per-GPU state only (no systemctl under the prolog's time limit)."""
+    found, _, why = read_gpu_fabric(node)
+    rows = [judge_fabric(g.index, g.bus_id, g.state, g.status) for g in found]
+    rows = [r for r in rows if r is not None]
+    return rows or [skip("health.gpu.fabric", ROLE, why or "no NVSwitch fabric reported by NVML")]
+
+
+def run(spec: dict, node: Node) -> list:
+    why = driver_reason(node)
+    if why:
+        return [skip("health.gpu.fabric", ROLE, why)]
+    found, driver, why = read_gpu_fabric(node)
+    if why:
+        return [skip("health.gpu.fabric", ROLE, why)]
+    switches = nvswitches(node)
+    with_fabric = [g for g in found if g.state != FABRIC_NOT_SUPPORTED]
+    if not with_fabric and not switches:
+        return [skip("health.gpu.fabric", ROLE, "no NVSwitch fabric: the driver reports no fabric state for any GPU "
+                                                "and no NVSwitch is on the PCI bus (PCIe or NVLink-bridge system)")]
+    manager = read_manager(node) if switches else None
+    rows = [judge_fabric(g.index, g.bus_id, g.state, g.status, manager.active if manager else None)
+            for g in with_fabric]
+    for row, gpu in zip(rows, with_fabric):
+        row.details.update(clique_id=gpu.clique_id, cluster_uuid=gpu.cluster_uuid, guid=gpu.guid)
+    if manager is not None:
+        rows.append(judge_manager(manager, driver, switches))
+    else:
+        rows.append(skip("health.fabric.manager", ROLE, "no NVSwitch on this host's PCI bus: the fabric is managed "
+                                                        "off the host (GB200 NVL switch trays) or there is none"))
+    return [r for r in rows if r is not None]

@@ -1,0 +1,148 @@
+"""The NVSwitch fabric as each GPU and the node see it: NVML's GPU fabric information (state, status, clique
+and cluster ids) per GPU, the NVSwitches on the PCI bus, and nvidia-fabricmanager's service state and version.
+
+Two sources of the per-GPU state, the same numbers: the scheduler's in-process NVML reading
+(verify.scheduler.nvml.read_raw puts (state, status) per index in node.memo[MEMO_FABRIC]) and
+`nvidia-smi -q`'s "Fabric" section, parsed here (`parse_smi_fabric`, a pure function of the text).
+NVML's names: nvmlGpuFabricState_t NOT_SUPPORTED 0, NOT_STARTED 1, IN_PROGRESS 2, COMPLETED 3 (nvml.h);
+nvidia-smi prints them "N/A", "Not Started", "In Progress", "Completed" and the status as "Success" or the
+NVML error's text.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+from verify.facts.pci import NVIDIA_VENDOR, live_reason, pci_devices
+from verify.node import Node
+
+FABRIC_NOT_SUPPORTED, FABRIC_NOT_STARTED, FABRIC_IN_PROGRESS, FABRIC_COMPLETED = 0, 1, 2, 3
+FABRIC_NAMES = {FABRIC_NOT_STARTED: "not started", FABRIC_IN_PROGRESS: "in progress", FABRIC_COMPLETED: "completed"}
+_SMI_STATES = {"N/A": FABRIC_NOT_SUPPORTED, "Not Supported": FABRIC_NOT_SUPPORTED, "Not Started": FABRIC_NOT_STARTED,
+               "In Progress": FABRIC_IN_PROGRESS, "Completed": FABRIC_COMPLETED}
+MEMO_FABRIC = "gpu_fabric"  # index -> (state, status) where NVML reports a fabric (the scheduler's reading)
+SMI_ARGV = ["nvidia-smi", "-q"]
+MANAGER_UNIT = "nvidia-fabricmanager"
+MANAGER_STATE_ARGV = ["systemctl", "is-active", MANAGER_UNIT]
+MANAGER_VERSION_ARGV = ["nv-fabricmanager", "--version"]
+NVSWITCH_CLASS = "0x0680"  # NVSwitches are "bridge: other" functions of NVIDIA's on the host's bus (HGX)
+_VERSION = re.compile(r"\b(\d+\.\d+(?:\.\d+)*)\b")
+
+
+@dataclass
+class GpuFabric:
+    index: int
+    bus_id: str
+    state: int
+    status: Optional[int]  # 0 success; None where not reported (N/A while registering)
+    status_text: str = ""
+    clique_id: str = ""
+    cluster_uuid: str = ""
+    guid: str = ""
+
+    def to_dict(self) -> dict:
+        return {"index": self.index, "bus_id": self.bus_id, "state": FABRIC_NAMES.get(self.state, "not supported"),
+                "status": self.status_text or ("Success" if self.status == 0 else self.status),
+                "clique_id": self.clique_id, "cluster_uuid": self.cluster_uuid, "guid": self.guid}
+
+
+class FabricParseError(ValueError):
+    """nvidia-smi -q printed a fabric state this parser does not know; the message quotes it."""
+
+
+def _field(line: str) -> tuple:
+    key, _, value = line.partition(":")
+    return key.strip(), value.strip()
+
+
+def parse_smi_fabric(text: str) -> list:
+    """`nvidia-smi -q` -> one GpuFabric per "GPU <bus id>" block, in the order printed (= index order)."""
+    gpus: list = []
+    current: Optional[GpuFabric] = None
+    in_fabric = False
+    for line in text.splitlines():
+        if line.startswith("GPU "):
+            current = GpuFabric(len(gpus), line[4:].strip(), FABRIC_NOT_SUPPORTED, None)
+            gpus.append(current)
+            in_fabric = False
+            continue
+        if current is None or not line.strip():
+            continue
+        indent = len(line) - len(line.lstrip())
+        key, value = _field(line)
+        if key == "GPU Fabric GUID":
+            current.guid = "" if value == "N/A" else value
+        if indent == 4:
+            in_fabric = key == "Fabric" and not value
+            continue
+        if not in_fabric or indent != 8:
+            continue
+        if key == "State":
+            if value not in _SMI_STATES:
+                raise FabricParseError(f"GPU {current.bus_id}: unknown fabric state {value[:40]!r}")
+            current.state = _SMI_STATES[value]
+        elif key == "Status":
+            current.status_text = value
+            current.status = None if value == "N/A" else (0 if value == "Success" else 1)
+        elif key == "CliqueId":
+            current.clique_id = "" if value == "N/A" else value
+        elif key == "ClusterUUID":
+            current.cluster_uuid = "" if value == "N/A" else value
+    return gpus
+
+
+def driver_version_of(smi_text: str) -> str:
+    for line in smi_text.splitlines():
+        key, value = _field(line)
+        if key == "Driver Version":
+            return value
+    return ""
+
+
+def read_gpu_fabric(node: Node) -> tuple:
+    """([GpuFabric], driver version, why not) from the scheduler's NVML reading when there is one, else
+    `nvidia-smi -q` on the live node."""
+    if MEMO_FABRIC in node.memo:
+        bus_ids = {g.index: g.bus_id for g in getattr(node.memo.get("gpus"), "gpus", [])}
+        driver = getattr(node.memo.get("gpus"), "driver_version", "") or ""
+        found = [GpuFabric(index, bus_ids.get(index, "?"), state, status)
+                 for index, (state, status) in sorted(node.memo[MEMO_FABRIC].items())]
+        return found, driver, ""
+    why = live_reason(node, "the GPU fabric state")
+    if why:
+        return [], "", why
+    output = node.run(SMI_ARGV, timeout_s=60.0)
+    if output.missing:
+        return [], "", "nvidia-smi is not installed"
+    if output.returncode != 0:
+        return [], "", f"nvidia-smi -q exited {output.returncode}: {(output.stderr or output.stdout).strip()[:200]}"
+    return parse_smi_fabric(output.stdout), driver_version_of(output.stdout), ""
+
+
+def nvswitches(node: Node) -> list:
+    """PCI addresses of the NVSwitches on this host's bus (HGX boards; GB200 trays have none: their switch
+    trays hold them)."""
+    return [address for address, vendor, klass in pci_devices(node)
+            if vendor == NVIDIA_VENDOR and klass.startswith(NVSWITCH_CLASS)]
+
+
+@dataclass
+class ManagerState:
+    active: Optional[bool]  # None: could not tell (no systemctl)
+    state_text: str
+    version: str  # '' when the binary is not installed or says nothing parsable
+
+
+def parse_manager_version(text: str) -> str:
+    """'Fabric Manager version is : 535.129.03' -> '535.129.03'."""
+    match = _VERSION.search(text or "")
+    return match.group(1) if match else ""
+
+
+def read_manager(node: Node) -> ManagerState:
+    state = node.run(MANAGER_STATE_ARGV, timeout_s=10.0)
+    text = (state.stdout or "").strip() or ("systemctl is not installed" if state.missing else "unknown")
+    active = None if state.missing else text == "active"
+    version = node.run(MANAGER_VERSION_ARGV, timeout_s=10.0)
+    return ManagerState(active, text, "" if version.missing else parse_manager_version(version.stdout))

@@ -1,0 +1,125 @@
+"""`tunefleet check --mode prolog|epilog|health|npd`: parse, build the desired state, run the mode, answer
+in the hook's contract (verify.scheduler.modes), write the JSON report and the Prometheus textfile."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+
+from verify.history.drain import DEFAULT_CAP, parse_cap
+from verify.scheduler import modes
+from verify.scheduler.state import DEFAULT_DIR
+
+DEFAULT_TEXTFILE_DIR = "/var/lib/tunefleet-metrics"  # root-owned 0755; node_exporter --collector.textfile.directory
+EXIT_HELP = ("exit codes: prolog/epilog 0 run the job (also when a check could not run), 1 a check FAILed (the "
+             "node was drained); health 0 ok, 1 FAIL, 2 bad input, 3 could not check (ERROR); npd 0 OK, 1 problem, "
+             "2 unknown")
+
+
+def add_parser(sub) -> None:
+    c = sub.add_parser("check", help="one scheduler hook: Slurm prolog/epilog/HealthCheckProgram, an NPD plugin",
+                       epilog=EXIT_HELP)
+    c.add_argument("--mode", required=True, choices=modes.MODES,
+                   help="prolog/epilog (<= 0.5 s GPU set), health (every check, no benchmark; drains on FAIL), "
+                        "npd (node-problem-detector custom plugin: exit 0/1/2, one line)")
+    source = c.add_mutually_exclusive_group()
+    source.add_argument("--spec", help="desired state file (JSON)")
+    source.add_argument("--profile", help="named hardware profile (see `tunefleet profiles`)")
+    c.add_argument("--vars", action="append", default=[], help="inventory-style vars file overriding role defaults")
+    c.add_argument("--root", default="/", help="root of the tree to read /proc, /sys and /etc from")
+    c.add_argument("--inject", metavar="DIR", default=None,
+                   help="drill: answer the commands captured in DIR (verify/inject.py); NVML and /dev/kmsg are "
+                        "not read, so the captures are what is judged")
+    c.add_argument("--state-dir", default=DEFAULT_DIR,
+                   help=f"root-owned 0700 directory for the kernel-log cursor and counters (default {DEFAULT_DIR}; "
+                        "'' keeps no state)")
+    c.add_argument("--textfile-dir", default=None,
+                   help=f"node_exporter textfile directory for tunefleet_<mode>.prom (default {DEFAULT_TEXTFILE_DIR} "
+                        "when it exists; '' writes none)")
+    c.add_argument("--report", metavar="FILE", default=None, help="also write the JSON node report here")
+    c.add_argument("--no-drain", action="store_true", help="judge only: never drain or resume")
+    c.add_argument("--dry-run", action="store_true", help="print the drain/resume commands instead of running them")
+    c.add_argument("--scheduler", choices=("auto", "slurm", "kubernetes"), default="auto")
+    c.add_argument("--node-name", default=None, help="the node's name in the scheduler (default: short host name, "
+                                                     "$SLURMD_NODENAME in a Slurm hook)")
+    c.add_argument("--drain-cap", default=DEFAULT_CAP,
+                   help="drain no more than this share ('10%%') or count ('3') of the cluster's nodes "
+                        f"(default {DEFAULT_CAP}); nodes tunefleet drained already count")
+    c.add_argument("--max-output", type=int, default=modes.NPD_OUTPUT_LIMIT,
+                   help="npd: cut the line to this many characters (the plugin's maxOutputLength)")
+
+
+def _bad_input(mode: str, message: str) -> int:
+    """Bad input never drains: a prolog lets the job run (exit 0), health says 2, npd 'unknown' (2)."""
+    print(f"tunefleet check --mode {mode}: {message}", file=sys.stderr if mode != "npd" else sys.stdout)
+    return 0 if mode in ("prolog", "epilog") else 2
+
+
+def _write_textfile(report: dict, mode: str, directory: str) -> str:
+    from verify.report import prometheus
+    from verify.safe_io import SHARED_FILE, open_trusted_dir, write_in_dir
+
+    try:
+        dir_fd = open_trusted_dir(directory, create=True, mode=0o755)
+        try:
+            write_in_dir(dir_fd, f"tunefleet_{mode}.prom", prometheus.render(report, mode=mode), SHARED_FILE)
+        finally:
+            os.close(dir_fd)
+    except OSError as exc:
+        return f"Prometheus textfile not written in {directory}: {exc.strerror or exc}"
+    return ""
+
+
+def main(args: argparse.Namespace) -> int:
+    from verify import inject
+    from verify.desired import SpecError
+    from verify.local_run import UsageError, build_spec
+    from verify.node import Node
+    from verify.runner import run_command
+
+    mode = args.mode
+    try:
+        parse_cap(args.drain_cap)
+        spec = build_spec(args.spec, args.profile, args.vars, socket.gethostname())
+        over_tree = args.root not in ("/", "")
+        if args.root and not os.path.isdir(args.root):
+            raise UsageError(f"--root {args.root}: not a directory")
+        runner = inject.load(args.inject, inject.no_command if over_tree else run_command) if args.inject \
+            else run_command
+    except (ValueError, SpecError, inject.InjectionError, OSError) as exc:
+        return _bad_input(mode, str(exc))
+    node = Node(root=args.root, runner=runner, live=True if args.inject and over_tree else None)
+    name = args.node_name or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    options = modes.Options(mode, state_dir=args.state_dir, drain=not args.no_drain, dry_run=args.dry_run,
+                            scheduler=args.scheduler, node_name=name, cap=args.drain_cap,
+                            use_nvml=not args.inject and not over_tree, use_kmsg=not args.inject and not over_tree,
+                            output_limit=args.max_output)
+    outcome = modes.run_mode(spec, node, options)
+    messages = []
+    textfile = args.textfile_dir
+    if textfile is None:
+        textfile = DEFAULT_TEXTFILE_DIR if os.path.isdir(DEFAULT_TEXTFILE_DIR) else ""
+    if textfile:
+        messages.append(_write_textfile(outcome.report, mode, textfile))
+    if args.report:
+        from verify.safe_io import PRIVATE_FILE, write_file_atomic
+
+        try:
+            write_file_atomic(args.report, json.dumps(outcome.report, indent=1) + "\n", PRIVATE_FILE)
+        except OSError as exc:
+            messages.append(f"--report {args.report}: not written: {exc.strerror or exc}")
+    for row in outcome.actions:
+        messages.append(f"{row.status.value} {row.check_id}: {row.reason}")
+    if mode in ("prolog", "epilog"):
+        # Slurm keeps a prolog's stdout to itself; stderr reaches slurmd's log
+        if outcome.code:
+            print(f"tunefleet {mode}: {outcome.line}", file=sys.stderr)
+        elif any(r.status.value == "ERROR" for r in outcome.results):
+            print(f"tunefleet {mode}: could not check everything, job allowed: {outcome.line}", file=sys.stderr)
+    else:
+        print(outcome.line if mode == "npd" else f"tunefleet {mode}: {outcome.line}")
+    for message in filter(None, messages):
+        print(f"tunefleet {mode}: {message}", file=sys.stderr)
+    return outcome.code

@@ -1,0 +1,145 @@
+"""In-process NVML for the scheduler modes: one NVML session reads every GPU reading the prolog judges,
+and hands them to the same facts the checks read (node.memo: verify.facts.gpu_query's inventory and
+verify.facts.health_smi's readings), so the checks' judges run unchanged without an nvidia-smi process.
+
+Split like the rest of verify: `read_raw` is the only code that touches NVML (pynvml, imported inside it);
+`health_fields` is a pure function from those numbers to the fields nvidia-smi would have printed.
+The NVSwitch fabric state it reads goes to node.memo[verify.facts.fabric.MEMO_FABRIC]; its judge is
+verify.checks.health_fabric (the names below are that module's, kept here for the prolog's callers).
+Where pynvml is missing the checks fall back to nvidia-smi by themselves (slower: a process per query).
+"""
+from __future__ import annotations
+
+from verify.checks.health_fabric import fabric_results, judge_fabric
+from verify.facts import health_smi
+from verify.facts.fabric import (
+    FABRIC_COMPLETED,
+    FABRIC_IN_PROGRESS,
+    FABRIC_NAMES,
+    FABRIC_NOT_STARTED,
+    FABRIC_NOT_SUPPORTED,
+    MEMO_FABRIC,
+)
+from verify.facts.gpu_query import Gpu, GpuInventory
+from verify.node import Node
+
+# The fabric's reader and judge live in verify.facts.fabric and verify.checks.health_fabric (issue 31).
+__all__ = ["FABRIC_COMPLETED", "FABRIC_IN_PROGRESS", "FABRIC_NAMES", "FABRIC_NOT_STARTED", "FABRIC_NOT_SUPPORTED",
+           "MEMO_FABRIC", "fabric_results", "health_fields", "judge_fabric", "prime", "read_raw"]
+
+NA = "[N/A]"
+# nvmlClocksEventReason* bits (nvml.h), as nvidia-smi names them in --query-gpu
+CLOCK_BITS = (
+    ("clocks_throttle_reasons.sw_power_cap", 0x4),
+    ("clocks_throttle_reasons.hw_slowdown", 0x8),
+    ("clocks_throttle_reasons.sw_thermal_slowdown", 0x20),
+    ("clocks_throttle_reasons.hw_thermal_slowdown", 0x40),
+    ("clocks_throttle_reasons.hw_power_brake_slowdown", 0x80),
+)
+MEMO_UUIDS = "gpu_uuids"  # bus id -> UUID, for the Prometheus labels
+
+
+def _yes(value) -> str:
+    return NA if value is None else ("Yes" if value else "No")
+
+
+def health_fields(raw: dict) -> dict:
+    """One GPU's raw NVML numbers (read_raw's dict; None = not supported) -> nvidia-smi's --query-gpu fields."""
+    def number(name: str, scale: float = 1.0) -> str:
+        value = raw.get(name)
+        return NA if value is None else f"{value * scale:g}"
+
+    fields = {"index": str(raw["index"]), "pci.bus_id": raw["bus_id"], "name": raw.get("name") or ""}
+    ecc = raw.get("ecc_mode")
+    fields["ecc.mode.current"] = NA if ecc is None else ("Enabled" if ecc else "Disabled")
+    fields["ecc.errors.uncorrected.volatile.total"] = number("ecc_uncorrected_volatile")
+    fields["ecc.errors.uncorrected.aggregate.total"] = number("ecc_uncorrected_aggregate")
+    fields["retired_pages.pending"] = _yes(raw.get("retired_pending"))
+    rows = raw.get("remapped_rows")  # (correctable, uncorrectable, pending, failure)
+    fields["remapped_rows.pending"] = NA if rows is None else _yes(rows[2])
+    fields["remapped_rows.failure"] = NA if rows is None else _yes(rows[3])
+    fields["remapped_rows.uncorrectable"] = NA if rows is None else str(rows[1])
+    reasons = raw.get("clock_reasons")
+    fields["clocks_throttle_reasons.active"] = NA if reasons is None else f"0x{reasons:016x}"
+    for name, bit in CLOCK_BITS:
+        fields[name] = NA if reasons is None else ("Active" if reasons & bit else "Not Active")
+    fields["temperature.gpu"] = number("temperature_c")
+    fields["temperature.gpu.tlimit"] = number("tlimit_margin_c")
+    fields["temperature.memory"] = NA
+    fields["power.draw"] = number("power_mw", 1e-3)
+    fields["enforced.power.limit"] = number("power_limit_mw", 1e-3)
+    fields["vbios_version"] = raw.get("vbios") or NA
+    return fields
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def read_raw() -> tuple:
+    """(driver version, [raw dict per GPU]) from one NVML session, or (None, why not)."""
+    try:
+        import pynvml
+    except ImportError:
+        return None, "pynvml is not installed"
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        return None, f"NVML did not initialise: {exc}"
+    try:
+        def ask(call, *args):
+            try:
+                return call(*args)
+            except (pynvml.NVMLError, AttributeError, TypeError):
+                return None
+
+        driver = _text(pynvml.nvmlSystemGetDriverVersion())
+        gpus = []
+        reasons_call = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+            pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(index)
+            ecc = ask(pynvml.nvmlDeviceGetEccMode, h)
+            memory = ask(pynvml.nvmlDeviceGetMemoryInfo, h)
+            margin = ask(getattr(pynvml, "nvmlDeviceGetMarginTemperature", None), h)
+            fabric = ask(getattr(pynvml, "nvmlDeviceGetGpuFabricInfo", None), h)
+            persistence = ask(pynvml.nvmlDeviceGetPersistenceMode, h)
+            gpus.append({
+                "index": index, "bus_id": _text(pynvml.nvmlDeviceGetPciInfo(h).busId),
+                "name": _text(ask(pynvml.nvmlDeviceGetName, h) or ""),
+                "uuid": _text(ask(pynvml.nvmlDeviceGetUUID, h) or ""),
+                "persistence": None if persistence is None else persistence == pynvml.NVML_FEATURE_ENABLED,
+                "memory_mib": None if memory is None else int(memory.total // (1024 * 1024)),
+                "ecc_mode": None if ecc is None else bool(ecc[0]),
+                "ecc_uncorrected_volatile": ask(pynvml.nvmlDeviceGetTotalEccErrors, h,
+                                                pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC),
+                "ecc_uncorrected_aggregate": ask(pynvml.nvmlDeviceGetTotalEccErrors, h,
+                                                 pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_AGGREGATE_ECC),
+                "retired_pending": ask(pynvml.nvmlDeviceGetRetiredPagesPendingStatus, h),
+                "remapped_rows": ask(pynvml.nvmlDeviceGetRemappedRows, h),
+                "clock_reasons": ask(reasons_call, h),
+                "temperature_c": ask(pynvml.nvmlDeviceGetTemperature, h, pynvml.NVML_TEMPERATURE_GPU),
+                "tlimit_margin_c": getattr(margin, "margin", getattr(margin, "marginTemperature", margin))
+                if margin is not None else None,
+                "power_mw": ask(pynvml.nvmlDeviceGetPowerUsage, h),
+                "power_limit_mw": ask(pynvml.nvmlDeviceGetEnforcedPowerLimit, h),
+                "vbios": _text(ask(pynvml.nvmlDeviceGetVbiosVersion, h) or ""),
+                "fabric": None if fabric is None else (int(fabric.state), int(fabric.status)),
+            })
+        return driver, gpus
+    except pynvml.NVMLError as exc:
+        return None, f"NVML failed while reading the GPUs: {exc}"
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def prime(node: Node, driver: str, raw_gpus: list) -> None:
+    """Hand one NVML reading to the facts the checks read, so none of them starts nvidia-smi."""
+    inventory = GpuInventory("nvml", [Gpu(g["index"], g["bus_id"], g.get("name") or "", g.get("persistence"),
+                                          g.get("memory_mib")) for g in raw_gpus], driver_version=driver)
+    node.memo["gpus"] = inventory
+    readings = [health_smi.GpuHealth(g["index"], g["bus_id"], g.get("name") or "", health_fields(g))
+                for g in raw_gpus]
+    node.memo["health_smi"] = (readings, "" if readings else "NVML lists no GPU")
+    node.memo[MEMO_UUIDS] = {g["bus_id"]: g["uuid"] for g in raw_gpus if g.get("uuid")}
+    node.memo[MEMO_FABRIC] = {g["index"]: g["fabric"] for g in raw_gpus if g.get("fabric") is not None}
