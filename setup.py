@@ -13,8 +13,10 @@ from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).resolve().parent
 # Globs relative to the repository root; MANIFEST.in lists the same ones for the sdist.
-# plugins/module_utils/kernel_rules.py: the kernel rules verify.kernel_rules loads (one home, shared with the roles).
-DATA = ("roles/*/defaults/main.yml", "templates/*.j2", "plugins/module_utils/kernel_rules.py")
+# plugins/module_utils/kernel_rules.py and pci_config.py: the rules verify.kernel_rules and verify.pci_config
+# load (one home each, shared with the roles).
+DATA = ("roles/*/defaults/main.yml", "templates/*.j2", "plugins/module_utils/kernel_rules.py",
+        "plugins/module_utils/pci_config.py")
 
 
 class BuildPyWithData(build_py):

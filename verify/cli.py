@@ -1,6 +1,10 @@
 """`tunefleet` command line. Each subcommand's work lives in its own module, imported lazily
 so the node-side path (`verify --local`) needs nothing beyond the standard library.
 
+A run builds only its own verb's parser (`verb_of`): the scheduler's prolog starts a new process at every
+job start, and building every verb's parser imported the fleet, history and scheduler modules it never
+runs. `tunefleet --help`, no verb or an unknown word build them all, so the help lists every verb.
+
 Exit status of verify and bench: 0 nothing failed, 1 something FAILED, 2 something could not be
 checked (ERROR) or bad input, 128 + signal when interrupted (130 Ctrl-C, 143 SIGTERM).
 """
@@ -14,13 +18,81 @@ from verify import __version__
 from verify.result import EXIT_CODES_HELP
 
 FORMATS = ("json", "md", "html", "junit", "prom")
+VERBS = ("verify", "report", "baseline", "bench", "history", "ack", "check", "profiles", "spec")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def verb_of(argv: Sequence[str]) -> Optional[str]:
+    """The verb this command line runs, or None (help, --version, no verb, an unknown word): the first
+    word not starting with '-' (the top level has no option taking a value)."""
+    word = next((a for a in argv if not a.startswith("-")), None)
+    return word if word in VERBS else None
+
+
+def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
+    """Every verb's parser, or only the verb `only` (the others are not imported)."""
+    def wanted(verb: str) -> bool:
+        return only is None or only == verb
+
     parser = argparse.ArgumentParser(prog="tunefleet", description="Verify that GPU nodes are tuned and fast.",
                                      epilog=EXIT_CODES_HELP)
     parser.add_argument("--version", action="version", version=f"tunefleet {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
+    # Each verb's module adds its own parser; imported here, only for the verb that runs (or for the
+    # full --help), to keep a hook's start-up short: an import kept lazy for speed in the entry point.
+    if wanted("verify"):
+        add_baseline_options(add_verify_parser(sub), " (with -i)")
+    if wanted("report"):
+        add_baseline_options(add_report_parser(sub), "")
+    if wanted("baseline"):
+        from verify.fleet.baseline_cli import add_parser as add_baseline_parser
+
+        add_baseline_parser(sub)
+    if wanted("bench"):
+        b = sub.add_parser("bench", help="run one benchmark on this node")
+        b.add_argument("name", help="benchmark name (see `tunefleet bench list`)")
+        b.add_argument("args", nargs=argparse.REMAINDER, help="options for that benchmark")
+    if wanted("history"):
+        from verify.history.cli import add_history_parser
+
+        add_history_parser(sub)
+    if wanted("ack"):
+        from verify.history.ack import add_ack_parser
+
+        add_ack_parser(sub)
+    if wanted("check"):
+        from verify.scheduler.cli import add_parser as add_check_parser
+
+        add_check_parser(sub)
+    if wanted("profiles"):
+        sub.add_parser("profiles", help="list the shipped hardware profiles")
+    if wanted("spec"):
+        s = sub.add_parser("spec", help="print the desired state rendered from role defaults")
+        s.add_argument("--profile", help="named hardware profile")
+        s.add_argument("--vars", action="append", default=[], help="inventory-style vars file")
+        s.add_argument("--host", default="localhost")
+    return parser
+
+
+def add_report_parser(sub) -> argparse.ArgumentParser:
+    r = sub.add_parser("report", help="rebuild the fleet report from saved node reports")
+    r.add_argument("directory", help="directory holding node reports (reports/<run-id>)")
+    r.add_argument("--format", default="json,md,html,junit", help="comma list of formats")
+    r.add_argument("--out", default=None, help="where to write (default: the directory itself)")
+    r.add_argument("--world-readable", action="store_true",
+                   help="fleet reports readable by every user (default: owner only)")
+    return r
+
+
+def add_baseline_options(parser_: argparse.ArgumentParser, where: str) -> None:
+    """verify and report judge each node against the fleet baseline (verify.fleet.baseline)."""
+    parser_.add_argument("--baseline", metavar="FILE", help="fleet baseline (`tunefleet baseline`) to judge "
+                         "each node's figures against" + where)
+    parser_.add_argument("--rules", metavar="FILE", help="YAML rules for --baseline: per check_id glob a floor, "
+                         "a percentage below the baseline or a within-node spread (default: 10%% FAIL, 5%% WARN)")
+
+
+def add_verify_parser(sub) -> argparse.ArgumentParser:
+    from verify.history.cli import add_verify_arguments  # standard library only
 
     v = sub.add_parser("verify", help="verify this node (--local) or a fleet (-i INVENTORY)")
     where = v.add_mutually_exclusive_group(required=True)
@@ -48,49 +120,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "other command for real; the report says so (verify/inject.py)")
     v.add_argument("--probe-login", action="store_true",
                    help="also open a login session (su -l nobody) and record the ulimits it gets")
-
-    r = sub.add_parser("report", help="rebuild the fleet report from saved node reports")
-    r.add_argument("directory", help="directory holding node reports (reports/<run-id>)")
-    r.add_argument("--format", default="json,md,html,junit", help="comma list of formats")
-    r.add_argument("--out", default=None, help="where to write (default: the directory itself)")
-    r.add_argument("--world-readable", action="store_true",
-                   help="fleet reports readable by every user (default: owner only)")
-    for parser_ in (r, v):  # each node against the fleet baseline (verify.fleet.baseline)
-        parser_.add_argument("--baseline", metavar="FILE", help="fleet baseline (`tunefleet baseline`) to judge "
-                             "each node's figures against" + (" (with -i)" if parser_ is v else ""))
-        parser_.add_argument("--rules", metavar="FILE", help="YAML rules for --baseline: per check_id glob a floor, "
-                             "a percentage below the baseline or a within-node spread (default: 10%% FAIL, 5%% WARN)")
-
-    from verify.fleet.baseline_cli import add_parser as add_baseline_parser
-
-    add_baseline_parser(sub)
-
-    b = sub.add_parser("bench", help="run one benchmark on this node")
-    b.add_argument("name", help="benchmark name (see `tunefleet bench list`)")
-    b.add_argument("args", nargs=argparse.REMAINDER, help="options for that benchmark")
-
-    from verify.history.ack import add_ack_parser
-    from verify.history.cli import add_history_parser, add_verify_arguments  # standard library only
-
-    add_verify_arguments(v)
-    add_history_parser(sub)
-    add_ack_parser(sub)
-
-    from verify.scheduler.cli import add_parser as add_check_parser
-
-    add_check_parser(sub)
-
-    sub.add_parser("profiles", help="list the shipped hardware profiles")
-
-    s = sub.add_parser("spec", help="print the desired state rendered from role defaults")
-    s.add_argument("--profile", help="named hardware profile")
-    s.add_argument("--vars", action="append", default=[], help="inventory-style vars file")
-    s.add_argument("--host", default="localhost")
-    return parser
+    add_verify_arguments(v)  # --history options (verify.history.cli)
+    return v
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(verb_of(argv)).parse_args(argv)
     if args.command == "verify" and not args.inventory and (args.baseline or args.rules):
         print("tunefleet verify: --baseline/--rules judge a fleet run: use them with -i INVENTORY "
               "(or `tunefleet report DIR --baseline FILE`)", file=sys.stderr)

@@ -12,22 +12,25 @@ import importlib.util
 import sys
 from pathlib import Path
 
-HOME = Path("plugins", "module_utils", "kernel_rules.py")
+MODULE_UTILS = Path("plugins", "module_utils")
 
 
-def _load():
+def load_home(name: str):
+    """The collection's plugins/module_utils/<name> (stdlib-only rules shared with the roles), loaded from
+    next to this package or verify/_data, never from the caller's cwd or sys.path."""
+    home = MODULE_UTILS / name
     package = Path(__file__).resolve().parent
-    for source in (package / "_data" / HOME, package.parent / HOME):
+    for source in (package / "_data" / home, package.parent / home):
         if source.is_file():
-            spec = importlib.util.spec_from_file_location("verify._kernel_rules_home", source)
+            spec = importlib.util.spec_from_file_location(f"verify._{Path(name).stem}_home", source)
             module = importlib.util.module_from_spec(spec)
             sys.modules[spec.name] = module
             spec.loader.exec_module(module)
             return module
-    raise ImportError(f"verify.kernel_rules: {HOME} is neither in {package / '_data'} nor in {package.parent}")
+    raise ImportError(f"verify: {home} is neither in {package / '_data'} nor in {package.parent}")
 
 
-_home = _load()
+_home = load_home("kernel_rules.py")
 AT_LEAST = _home.AT_LEAST
 AT_MOST = _home.AT_MOST
 DIRECTIONS = _home.DIRECTIONS

@@ -13,6 +13,7 @@ import time
 from typing import Optional
 
 from verify import inject
+from verify.checks.health_common import PREVIOUS_COUNTERS
 from verify.desired import SpecError, load_spec_file, load_vars_file, render_spec
 from verify.facts.node_facts import gather_facts
 from verify.node import Node
@@ -161,7 +162,7 @@ def verify_node(spec: dict, node: Node, bench: bool = True, bench_names: Optiona
     node.memo["lookback"] = lookback.to_memo()
     previous = previous_counters_of(history, str(facts.get("host")))
     if previous:
-        node.memo["previous_counters"] = previous
+        node.memo[PREVIOUS_COUNTERS] = previous
     start = time.perf_counter()
     timings: dict = {}
     results = run_checks(spec, node, timings=timings)

@@ -51,9 +51,14 @@ class Node:
         return os.path.exists(self.path(absolute))
 
     def read(self, absolute: str) -> Optional[str]:
-        """The file's text, or None when it is absent, unreadable (EINVAL from sysfs included) or unsafe.
+        """The file's text, or None when it is absent, unreadable (EINVAL from sysfs included) or unsafe."""
+        data = self.read_binary(absolute)
+        return None if data is None else data.decode("utf-8", errors="replace")
 
-        Bounded (verify.safe_io.read_capped): a regular file only, never more than READ_CAP bytes. Under
+    def read_binary(self, absolute: str, cap: int = READ_CAP) -> Optional[bytes]:
+        """The file's bytes (a binary sysfs file: PCI config space), or None as for read().
+
+        Bounded (verify.safe_io.read_capped): a regular file only, never more than `cap` bytes. Under
         --root a link is followed only where it stays inside the tree (Debian's sysctl.d/99-sysctl.conf ->
         ../sysctl.conf does; a planted link to the live /etc/shadow does not); on the live node links are
         the kernel's and the distribution's (/etc/os-release -> ../usr/lib/os-release)."""
@@ -62,10 +67,9 @@ class Node:
         try:
             if not live:
                 path = os.path.realpath(path)
-            data = read_capped(path, READ_CAP, follow_symlinks=live, within=None if live else self.root)
+            return read_capped(path, cap, follow_symlinks=live, within=None if live else self.root)
         except OSError:
             return None
-        return data.decode("utf-8", errors="replace")
 
     def read_value(self, absolute: str) -> Optional[str]:
         text = self.read(absolute)

@@ -21,9 +21,18 @@ from typing import List, Optional, Tuple
 ACS_CAP_ID = 0x000D
 EXT_CAP_START = 0x100
 CONFIG_MAX = 4096
+# The bits NCCL's guide names: on, they force peer traffic up to the root complex; the role clears them.
 CLEARED_BITS = 0x01 | 0x04 | 0x08 | 0x10  # SrcValid, ReqRedir, CmpltRedir, UpstreamFwd
-BIT_NAMES = ((0x01, "SrcValid"), (0x02, "TransBlk"), (0x04, "ReqRedir"), (0x08, "CmpltRedir"),
-             (0x10, "UpstreamFwd"), (0x20, "EgressCtrl"), (0x40, "DirectTrans"))
+# (lspci's name, bit, what it does), in the order lspci prints ACSCap / ACSCtl.
+ACS_BITS = (
+    ("SrcValid", 0x01, "Source Validation"),
+    ("TransBlk", 0x02, "Translation Blocking"),
+    ("ReqRedir", 0x04, "P2P Request Redirect"),
+    ("CmpltRedir", 0x08, "P2P Completion Redirect"),
+    ("UpstreamFwd", 0x10, "Upstream Forwarding"),
+    ("EgressCtrl", 0x20, "P2P Egress Control"),
+    ("DirectTrans", 0x40, "Direct Translated P2P"),
+)
 BDF = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-1][0-9a-f]\.[0-7]$")
 _PATH_PART = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 NVIDIA, MELLANOX = "0x10de", "0x15b3"
@@ -33,7 +42,7 @@ HYPERVISOR_DMI = ("KVM", "QEMU", "VMware", "VMW", "innotek GmbH", "VirtualBox", 
                   "Firecracker")
 
 
-class PciConfigError(Exception):
+class PciConfigError(ValueError):
     """Bad input or a config space that cannot be used; the message names the bridge."""
 
 
@@ -42,11 +51,13 @@ def on_root(root: str, path: str) -> str:
 
 
 def bits_text(control: int) -> str:
-    return " ".join(f"{name}{'+' if control & bit else '-'}" for bit, name in BIT_NAMES)
+    return " ".join(f"{name}{'+' if control & bit else '-'}" for name, bit, _ in ACS_BITS)
 
 
-def find_acs(config: bytes) -> Optional[int]:
-    """Offset of the ACS extended capability, None when the bridge has none."""
+def find_ext_capability(config: bytes, cap_id: int) -> Optional[int]:
+    """Offset of the extended capability `cap_id` in a config space dump, None when absent or when the dump
+    stops at 256 bytes (sysfs gives non-root readers only the first 64 or 256); a list that loops or
+    leaves the extended space is refused, never followed."""
     offset, seen = EXT_CAP_START, set()
     while offset and len(config) >= offset + 4:
         if offset in seen or offset < EXT_CAP_START or offset % 4:
@@ -55,10 +66,15 @@ def find_acs(config: bytes) -> Optional[int]:
         header = struct.unpack_from("<I", config, offset)[0]
         if header in (0, 0xFFFFFFFF):
             return None
-        if header & 0xFFFF == ACS_CAP_ID:
+        if header & 0xFFFF == cap_id:
             return offset
         offset = (header >> 20) & 0xFFC
     return None
+
+
+def find_acs(config: bytes) -> Optional[int]:
+    """Offset of the ACS extended capability, None when the bridge has none."""
+    return find_ext_capability(config, ACS_CAP_ID)
 
 
 def config_path(root: str, bdf: str) -> str:
@@ -103,14 +119,15 @@ def endpoints(root: str) -> List[str]:
     """NVIDIA GPUs (class 0x03) and Mellanox network functions (class 0x02) on the bus."""
     found = []
     base = on_root(root, "/sys/bus/pci/devices")
+    def value(address: str, name: str) -> str:
+        try:
+            with open(os.path.join(base, address, name), encoding="ascii", errors="replace") as handle:
+                return handle.read().strip().lower()
+        except OSError:
+            return ""
+
     for address in sorted(os.listdir(base)) if os.path.isdir(base) else []:
-        def value(name: str) -> str:
-            try:
-                with open(os.path.join(base, address, name), encoding="ascii", errors="replace") as handle:
-                    return handle.read().strip().lower()
-            except OSError:
-                return ""
-        vendor, klass = value("vendor"), value("class")
+        vendor, klass = value(address, "vendor"), value(address, "class")
         if (vendor == NVIDIA and klass.startswith("0x03")) or (vendor == MELLANOX and klass.startswith("0x02")):
             found.append(address)
     return found

@@ -120,6 +120,20 @@ def plant_ib_ports_down(tree_root: Path) -> None:
     ibstat_to_sysfs((PUBLIC / "ibstat_faulty_gpud-h100-roce-cx7-2down.txt").read_text(), FakeTree(tree_root))
 
 
+def plant_pcie_notice(directory: Path) -> None:
+    """The kernel's bandwidth notice for a GPU wired x4 in an x16 slot (linux-surface#374), as it logged it."""
+    lines = [line[line.index("]") + 2:] if line.startswith("[") else line for line in
+             (PUBLIC / "kernel-log_faulty_linux-surface374-pcie-bw-limited-gpu-x4.txt").read_text().splitlines()
+             if "available PCIe bandwidth" in line]
+    append_kernel_lines(directory, lines)
+
+
+def plant_gpu_behind_x4_port(tree_root: Path) -> None:
+    """That GPU (10de:1c20 at 0000:02:00.0) behind its root port 0000:00:1c.4, wired x4."""
+    pci_device_under_port(FakeTree(tree_root), "0000:02:00.0", "0000:00:1c.4", "8.0 GT/s PCIe", 4, "8.0 GT/s PCIe",
+                          16, "0x10de", "0x030200", "8.0 GT/s PCIe", 4)
+
+
 XID_ROW = f"health.gpu.xid.{BUS}.0"
 DRILLS = (
     Drill("healthy", "the capture as taken: the healthy twin of every drill", lambda d: None,
@@ -140,6 +154,11 @@ DRILLS = (
           "ports are their own group", lambda d: None,
           [Expect("health.ib.mlx5_5/1", "FAIL", "drain-rma"), Expect("health.ib.mlx5_11/1", "FAIL", "drain-rma"),
            Expect("health.ib.mlx5_0/1", "PASS")], plant_tree=plant_ib_ports_down),
+    Drill("pcie_bandwidth_notice", "the kernel's 'available PCIe bandwidth, limited by ... x4 link at 0000:00:1c.4' "
+          "for a GPU whose own link looks full", plant_pcie_notice,
+          # the planted second GPU is on the bus but not in the H100 driver's list: presence says so too
+          [Expect("health.pcie.bandwidth.0000:02:00.0", "WARN", "watch"), Expect("health.gpu.presence", "FAIL")],
+          plant_tree=plant_gpu_behind_x4_port),
 )
 
 
@@ -223,6 +242,21 @@ def ibstat_to_sysfs(text: str, tree: FakeTree) -> FakeTree:
             tree.write(f"{base}/ports/{port}/rate", f"{rate} Gb/sec (4X{SPEED_NAME.get(rate, '')})\n")
         elif port is not None and key == "Link layer":
             tree.write(f"{base}/ports/{port}/link_layer", value + "\n")
+    return tree
+
+
+def pci_device_under_port(tree: FakeTree, address: str, bridge: str, speed: str, width: int, max_speed: str,
+                          max_width: int, vendor: str, klass: str, bridge_speed: str, bridge_width: int) -> FakeTree:
+    """A PCI function behind a real (non-virtual) port, its links in the kernel's sysfs formats."""
+    real = f"/sys/devices/pci0000:00/{bridge}/{address}"
+    for name, value in (("current_link_speed", speed), ("current_link_width", width), ("vendor", vendor),
+                        ("max_link_speed", max_speed), ("max_link_width", max_width), ("class", klass)):
+        tree.write(f"{real}/{name}", f"{value}\n")
+    tree.write(f"/sys/devices/pci0000:00/{bridge}/max_link_speed", f"{bridge_speed}\n")
+    tree.write(f"/sys/devices/pci0000:00/{bridge}/max_link_width", f"{bridge_width}\n")
+    tree.write(f"/sys/devices/pci0000:00/{bridge}/vendor", "0x8086\n")
+    tree.link(f"/sys/bus/pci/devices/{address}", f"../../../devices/pci0000:00/{bridge}/{address}")
+    tree.link(f"/sys/bus/pci/devices/{bridge}", f"../../../devices/pci0000:00/{bridge}")
     return tree
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tests.helpers.drills import pci_device_under_port as device
 from tests.helpers.fake_node import FakeTree, desired_state
 from tests.helpers.replay import ReplayRunner
 from verify.checks import health_pcie
@@ -18,20 +19,6 @@ HEALTH = Path(__file__).resolve().parents[1] / "fixtures" / "node" / "health"
 PUBLIC = HEALTH / "public"
 DMESG = ("dmesg", "--kernel")
 BANNER = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build\n"
-
-
-def device(tree: FakeTree, address: str, bridge: str, speed: str, width: int, max_speed: str, max_width: int,
-           vendor: str, klass: str, bridge_speed: str, bridge_width: int) -> FakeTree:
-    real = f"/sys/devices/pci0000:00/{bridge}/{address}"
-    for name, value in (("current_link_speed", speed), ("current_link_width", width), ("vendor", vendor),
-                        ("max_link_speed", max_speed), ("max_link_width", max_width), ("class", klass)):
-        tree.write(f"{real}/{name}", f"{value}\n")
-    tree.write(f"/sys/devices/pci0000:00/{bridge}/max_link_speed", f"{bridge_speed}\n")
-    tree.write(f"/sys/devices/pci0000:00/{bridge}/max_link_width", f"{bridge_width}\n")
-    tree.write(f"/sys/devices/pci0000:00/{bridge}/vendor", "0x8086\n")
-    tree.link(f"/sys/bus/pci/devices/{address}", f"../../../devices/pci0000:00/{bridge}/{address}")
-    tree.link(f"/sys/bus/pci/devices/{bridge}", f"../../../devices/pci0000:00/{bridge}")
-    return tree
 
 
 def run_with_log(tree: FakeTree, log: str, extra=None):

@@ -21,7 +21,10 @@ from verify.runner import CommandOutput
 
 HEALTH = Path(__file__).resolve().parents[1] / "fixtures" / "node" / "health"
 MACHINES = ("h100x1", "h200x2")
-HEALTH_CHECKS = [name for name in REGISTRY if name.startswith("health")]
+# Health checks registered after the machines were captured (their results are not in health_checks.json):
+# the replay compares the recorded ones; each added check has its own tests on these captures.
+ADDED_AFTER_CAPTURE = {"health.fabric": "issue 31 (tests/unit/test_fabric_checks.py)"}
+HEALTH_CHECKS = [name for name in REGISTRY if name.startswith("health") and name not in ADDED_AFTER_CAPTURE]
 
 
 class CaptureRunner:
@@ -170,7 +173,8 @@ def test_the_whole_config_suite_replayed_on_the_h200_capture(tmp_path, monkeypat
     assert set(timings) == set(REGISTRY)
     # the capture has no /proc/sys or /etc: those checks may ERROR on missing keys, but none may crash
     assert not [r.reason for r in results if "traceback" in r.details]
-    health = [(r.check_id, r.status.value) for r in results if r.role == "health"]
+    health = [(r.check_id, r.status.value) for r in results
+              if r.role == "health" and not r.check_id.startswith(("health.fabric", "health.gpu.fabric"))]
     assert health == [(r["check_id"], r["status"]) for r in recorded("h200x2")["auto"]]
     # every health command the capture holds was answered from it, each once
     answered = [call for call in runner.calls if call in runner.answers]

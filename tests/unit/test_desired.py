@@ -13,7 +13,7 @@ import yaml
 from verify.desired import SpecError, load_spec_file, render_spec, role_defaults
 
 ROOT = Path(__file__).resolve().parents[2]
-ROLES = ("sysctl", "network", "storage", "gpu", "memory", "limits", "cpu", "verify_node")
+ROLES = ("sysctl", "network", "storage", "gpu", "memory", "limits", "cpu", "pcie", "verify_node")
 OVERRIDES = {
     "network_mtu": 4200,
     "network_interfaces": ["eth7"],

@@ -19,10 +19,12 @@ def test_the_bundle_runs_verify_on_a_bare_python_without_the_checkout(tmp_path):
         tar.extractall(tmp_path / "node")
     assert "verify/cli.py" in names and "templates/desired_state.json.j2" in names
     assert "plugins/module_utils/kernel_rules.py" in names  # verify.kernel_rules loads it from next to verify/
+    assert "plugins/module_utils/pci_config.py" in names  # verify.pci_config likewise
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
     # -I: isolated mode, so neither the checkout nor the venv's editable install is importable.
     done = subprocess.run([sys.executable, "-I", "-c", "import sys; sys.path.insert(0, '.'); "
-                           "import verify, verify.noderun, verify.kernel_rules as k; print(verify.__file__); "
+                           "import verify, verify.noderun, verify.checks, verify.kernel_rules as k; "
+                           "print(verify.__file__); "
                            "print(k._home.__file__); print(sorted(k.parse_cpulist('0-7:1/2')))"],
                           cwd=tmp_path / "node", capture_output=True, text=True, check=True)
     package, rules, cpus = done.stdout.strip().splitlines()

@@ -105,6 +105,24 @@ def test_a_rail_missing_on_one_node_is_an_error_naming_it_and_never_planned_ther
     assert any(o.rail == "mlx5_1" and "n0" in (o.a, o.b) for o in outcomes)
 
 
+def test_partners_are_chosen_per_rail_so_two_pairs_each_failing_a_different_rail_settle_each_other():
+    """Seen in the molecule pairwise run: n0-n1 failed eth1 once (noise), n2-n3 failed eth2 (n2's rail is
+    slow). No host passed on every rail, yet each passed on the rail the other pair failed."""
+    hosts = ["n0", "n1", "n2", "n3"]
+    rails = {h: ["eth1", "eth2"] for h in hosts}
+    first = [Outcome("n0", "n1", "eth1", FAIL, 1, 0.046, 0.06), Outcome("n0", "n1", "eth2", PASS, 1, 0.12, 0.06),
+             Outcome("n2", "n3", "eth1", PASS, 1, 0.12, 0.06), Outcome("n2", "n3", "eth2", FAIL, 1, 0.01, 0.06)]
+    second = plan_round(hosts, rails, first, 2)
+    # Each test settles one end's eth1 and the other end's eth2: every open unit is measured in round 2.
+    assert {(frozenset((t.a, t.b)), t.rails) for t in second} == {(frozenset(("n0", "n2")), ("eth1", "eth2")),
+                                                                  (frozenset(("n1", "n3")), ("eth1", "eth2"))}
+    measured = [Outcome(t.a, t.b, r, FAIL if (r == "eth2" and "n2" in (t.a, t.b)) else PASS, 2, 0.1, 0.06)
+                for t in second for r in t.rails]
+    findings = blame_pairs(hosts, rails, first + measured)
+    assert [(b.kind, b.hosts, b.rails) for b in findings][0] == ("rail", ("n2",), ("eth2",))
+    assert plan_round(hosts, rails, first + measured, 3) == []  # nothing left open
+
+
 def test_quick_run_never_plans_a_fourth_round():
     hosts, rails = fleet(4)
     assert plan_round(hosts, rails, [Outcome("n0", "n1", "mlx5_0", FAIL)], 4) == []
@@ -148,7 +166,7 @@ def test_cli_plans_round_two_from_outcome_files(tmp_path, capsys):
 
 
 def test_blame_cli_writes_each_hosts_crossnode_result_and_the_pairs_file(tmp_path, capsys):
-    """What the fleet report reads: <run>/<host>/crossnode-nccl-pairs.json and <run>/nccl-pairs.json."""
+    """What the fleet report reads: <run>/<host>/crossnode-nccl-pairs.json and <run>/nccl-pairs/summary.json."""
     from verify.fleet.blame import main as blame_main
     from verify.fleet.model import parse_crossnode
 
@@ -171,7 +189,7 @@ def test_blame_cli_writes_each_hosts_crossnode_result_and_the_pairs_file(tmp_pat
     statuses = {h: parse_crossnode(json.loads((run / h / "crossnode-nccl-pairs.json").read_text()))[0].status.value
                 for h in reported}
     assert statuses == {"h0": "PASS", "h1": "PASS", "h2": "FAIL", "h3": "PASS", "h4": "ERROR"}
-    summary = json.loads((run / "nccl-pairs.json").read_text())
+    summary = json.loads((run / "nccl-pairs" / "summary.json").read_text())
     assert [(f["kind"], f["hosts"], f["rails"]) for f in summary["findings"]] == [("rail", ["h2"], ["eth2"])]
     assert {(c["a"], c["b"]) for c in summary["pairs"]["cells"]} == {("h0", "h1"), ("h2", "h3"), ("h0", "h2"),
                                                                      ("h1", "h3")}

@@ -294,3 +294,23 @@ def test_an_unknown_mode_is_refused_by_name(capsys):
     with pytest.raises(SystemExit) as stop:
         main(["check", "--mode", "bogus"])
     assert stop.value.code == 2 and "invalid choice: 'bogus'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name, rc, want", [
+    ("tunefleet-prolog", 1, 1), ("tunefleet-prolog", 2, 0), ("tunefleet-prolog", 127, 0), ("tunefleet-prolog", 0, 0),
+    ("tunefleet-epilog", 2, 0), ("tunefleet-healthcheck", 2, 2), ("tunefleet-healthcheck", 1, 1),
+])
+def test_the_slurm_hook_drains_only_on_a_fail_never_on_bad_options(tmp_path, name, rc, want):
+    """The real deploy/slurm/tunefleet-slurm-hook under its installed names, with TUNEFLEET pointing at a
+    command that exits `rc` as tunefleet would: a prolog/epilog exits non-zero (Slurm drains) only on 1."""
+    hook = tmp_path / name
+    hook.write_bytes((Path(__file__).resolve().parents[2] / "deploy" / "slurm" / "tunefleet-slurm-hook").read_bytes())
+    hook.chmod(0o755)
+    command = tmp_path / "tunefleet"
+    command.write_text(f"#!/bin/sh\nexit {rc}\n")
+    command.chmod(0o755)
+    done = subprocess.run([str(hook)], env={"TUNEFLEET_NO_DEFAULTS": "1", "TUNEFLEET": str(command),
+                                            "SLURMD_NODENAME": "node1"}, capture_output=True, text=True, timeout=30)
+    assert done.returncode == want
+    if want == 0 and rc not in (0, 1):
+        assert "not draining" in done.stderr

@@ -1,11 +1,14 @@
 """roles/scheduler_hooks through the real ansible-playbook (connection local) into a throwaway tree:
-check mode changes nothing and says what it would, a converge installs deploy/'s files, a second run
-changes nothing, and scheduler_hooks_state=absent removes every file it installed."""
+check mode changes nothing and says what it would, a converge installs deploy/'s files, renders the
+desired state the hooks pass as --spec and byte-compiles the verify package, a second run changes
+nothing, and scheduler_hooks_state=absent removes every file it installed."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,12 +21,13 @@ PLAYBOOK = REPO / "playbooks" / "scheduler_hooks.yml"
 pytestmark = pytest.mark.slow
 
 
-def play(root: Path, *extra: str) -> tuple:
+def play(root: Path, *extra: str, **variables) -> tuple:
     binary = Path(sys.executable).parent / "ansible-playbook"
     if not binary.exists():
         pytest.skip("ansible-playbook is not installed in this venv")
     options = {"scheduler_hooks_root": str(root), "scheduler_hooks_npd": True, "scheduler_hooks_timer": True,
-               "ansible_python_interpreter": sys.executable}
+               "ansible_python_interpreter": sys.executable, "scheduler_hooks_python": sys.executable,
+               "scheduler_hooks_package_dir": str(root / "opt/tunefleet/verify"), **variables}
     out = subprocess.run([str(binary), "-i", "localhost,", "-c", "local", str(PLAYBOOK), "-e", json.dumps(options),
                           *extra], cwd=REPO, capture_output=True, text=True,
                          env=dict(os.environ, ANSIBLE_NOCOLOR="1"), timeout=300)
@@ -32,9 +36,22 @@ def play(root: Path, *extra: str) -> tuple:
     return int(recap.group(1)), out.stdout
 
 
+def install_package(root: Path) -> Path:
+    """A copy of the verify package as a node has it installed, without bytecode (the role compiles it)."""
+    package = root / "opt/tunefleet/verify"
+    shutil.copytree(REPO / "verify", package, ignore=shutil.ignore_patterns("__pycache__", "_data"))
+    return package
+
+
+def stale_modules(package: Path) -> list:
+    return [str(p.relative_to(package)) for p in package.rglob("*.py")
+            if not Path(importlib.util.cache_from_source(str(p))).is_file()]
+
+
 def test_install_is_idempotent_check_mode_tells_the_truth_and_absent_removes_it(tmp_path):
     root = tmp_path / "node"
     (root / "etc/systemd/system").mkdir(parents=True)  # the node's own, as on a systemd host
+    package = install_package(root)
     before = sorted(root.rglob("*"))
     changed, said = play(root, "--check", "--diff")
     assert changed > 0 and sorted(root.rglob("*")) == before  # said what it would do, did nothing
@@ -46,7 +63,30 @@ def test_install_is_idempotent_check_mode_tells_the_truth_and_absent_removes_it(
     assert (root / "etc/tunefleet/slurm.conf.snippet").read_text().count("tunefleet-healthcheck") == 1
     assert "OnUnitActiveSec=5min" in (root / "etc/systemd/system/tunefleet-health.timer").read_text()
     assert (root / "var/lib/tunefleet-metrics").is_dir()
+    # the desired state, rendered by Ansible from the same template and role defaults as `tunefleet spec`
+    rendered = root / "etc/tunefleet/desired_state.json"
+    assert rendered.stat().st_mode & 0o777 == 0o644
+    spec = json.loads(rendered.read_text())
+    python_rendered = json.loads(subprocess.run([sys.executable, "-m", "verify", "spec"], cwd=REPO, check=True,
+                                                capture_output=True, text=True).stdout)
+    assert spec == python_rendered
+    defaults = (root / "etc/default/tunefleet").read_text()
+    assert 'TUNEFLEET_CHECK_ARGS="--spec /etc/tunefleet/desired_state.json --state-dir' in defaults
+    assert stale_modules(package) == [] and len(list(package.rglob("*.py"))) > 50  # every module compiled
     assert play(root)[0] == 0
     assert play(root, "-e", "scheduler_hooks_state=absent")[0] > 0
-    left = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+    left = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and package not in p.parents)
     assert left == []
+
+
+def test_a_desired_state_option_in_the_hook_arguments_is_refused_by_name(tmp_path):
+    binary = Path(sys.executable).parent / "ansible-playbook"
+    if not binary.exists():
+        pytest.skip("ansible-playbook is not installed in this venv")
+    options = {"scheduler_hooks_root": str(tmp_path), "scheduler_hooks_check_args": "--profile h100-sxm-8x",
+               "ansible_python_interpreter": sys.executable}
+    out = subprocess.run([str(binary), "-i", "localhost,", "-c", "local", str(PLAYBOOK), "-e", json.dumps(options)],
+                         cwd=REPO, capture_output=True, text=True, env=dict(os.environ, ANSIBLE_NOCOLOR="1"),
+                         timeout=300)
+    assert out.returncode != 0 and "scheduler_hooks_check_args names --spec, --profile or --vars" in out.stdout
+    assert list(tmp_path.rglob("*")) == []

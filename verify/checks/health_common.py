@@ -14,6 +14,9 @@ from verify.node import Node
 from verify.profiles import ProfileError, load_profile, pick_profile, resolve_threshold
 
 ROLE = "health"
+# node.memo key: the last run's counters per check id (the history's, or the scheduler state's), so the
+# checks judge the increase since then (verify.history.record.counters_of keeps them).
+PREVIOUS_COUNTERS = "previous_counters"
 # What the operator does next, from least to most disruptive.
 RESET_GPU = "drain the GPU's jobs and reset it (nvidia-smi -r -i {index}); if it recurs, drain the node and RMA the GPU"
 DRAIN_RMA = "drain the node and open an RMA for the GPU (hardware fault)"

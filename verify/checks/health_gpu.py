@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Optional
 
 from verify.checks.common import result, skip
-from verify.checks.health_common import CHECK_COOLING, REBOOT, RESEAT, ROLE, profile, threshold
+from verify.checks.health_common import CHECK_COOLING, PREVIOUS_COUNTERS, REBOOT, RESEAT, ROLE, profile, threshold
 from verify.facts import health_smi
 from verify.facts.pci import driver_reason, nvidia_gpus_on_bus, short_bdf
 from verify.judging import verdicts
@@ -186,7 +186,7 @@ def _each_gpu(check: str, node: Node, judge) -> list:
 
 
 def run_memory(spec: dict, node: Node) -> list:
-    previous = node.memo.get("previous_counters") or {}
+    previous = node.memo.get(PREVIOUS_COUNTERS) or {}
     return _each_gpu("memory", node, lambda gpu: judge_memory(gpu, previous.get(f"health.gpu.memory.{gpu.index}")))
 
 

@@ -23,7 +23,7 @@ import re
 from typing import Optional
 
 from verify.checks.common import result, skip
-from verify.checks.health_common import ROLE, threshold
+from verify.checks.health_common import PREVIOUS_COUNTERS, ROLE, threshold
 from verify.judging import verdicts
 from verify.judging.thresholds import Threshold
 from verify.node import Node
@@ -38,7 +38,6 @@ DERIVED_ERRORS = Threshold(limit=10, warn=0, kind="max", source=(
     "LinkErrorRecoveryCounter=10); any error is a WARN"))
 RESEAT_CABLE = ("drain the node, reseat or replace the cable / transceiver of {port}, check the switch port; "
                 "RMA the HCA if it stays")
-PREVIOUS_COUNTERS = "previous_counters"
 _RATE = re.compile(r"^\s*([0-9.]+)\s*Gb/sec")
 
 

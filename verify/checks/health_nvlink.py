@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from verify.checks.common import result, skip
-from verify.checks.health_common import ROLE, threshold
+from verify.checks.health_common import PREVIOUS_COUNTERS, ROLE, threshold
 from verify.facts.gpu_query import query_gpus
 from verify.facts.links import parse_nvlink_all_inactive, parse_nvlink_gpu_names
 from verify.facts.pci import driver_reason
@@ -97,7 +97,6 @@ def parse_errors(text: str) -> dict:
 # node.memo["previous_counters"] = {check id: counters as that result's details hold them}, here
 # {"health.nvlink.<gpu>": {"<link>": {"<counter name>": count}}}. With it the counters are judged as the
 # increase since that run; without it (or after a counter reset, when a count went down) since driver load.
-PREVIOUS_COUNTERS = "previous_counters"
 # nvidia-smi prints the link's signalling rate to 3 decimals (26.562 for 26.5625): 1% under the model's
 # printed rate still tells a trained-down link (half rate or less) from rounding.
 SPEED_TOLERANCE = 0.99

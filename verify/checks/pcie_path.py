@@ -18,9 +18,10 @@ domain type (/sys/kernel/iommu_groups/N/type: identity = passthrough), /sys/clas
 from __future__ import annotations
 
 from verify.checks.common import result, skip
-from verify.facts.pci_path import EXT_CAP_START, IommuState, read_iommu, read_paths, virtualization
+from verify.facts.pci_path import IommuState, read_iommu, read_paths, virtualization
 from verify.judging import verdicts
 from verify.node import Node
+from verify.pci_config import EXT_CAP_START
 from verify.result import Status
 
 ROLE = "pcie"

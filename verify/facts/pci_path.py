@@ -19,23 +19,16 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from verify.node import Node
-from verify.safe_io import read_capped
-
-ACS_CAP_ID = 0x000D
-EXT_CAP_START = 0x100
-CONFIG_MAX = 4096
-# (lspci's name, bit, what it does): the order lspci prints them in ACSCap / ACSCtl.
-ACS_BITS = (
-    ("SrcValid", 0x01, "Source Validation"),
-    ("TransBlk", 0x02, "Translation Blocking"),
-    ("ReqRedir", 0x04, "P2P Request Redirect"),
-    ("CmpltRedir", 0x08, "P2P Completion Redirect"),
-    ("UpstreamFwd", 0x10, "Upstream Forwarding"),
-    ("EgressCtrl", 0x20, "P2P Egress Control"),
-    ("DirectTrans", 0x40, "Direct Translated P2P"),
+from verify.pci_config import (
+    ACS_BITS,
+    ACS_CAP_ID,
+    CLEARED_BITS,
+    CONFIG_MAX,
+    HYPERVISOR_DMI,
+    PciConfigError,
+    find_ext_capability,
 )
-# The bits NCCL's guide and the issue name: on, they force peer traffic through the root complex.
-P2P_BLOCKING = 0x01 | 0x04 | 0x08 | 0x10
+
 MELLANOX_VENDOR = "0x15b3"
 NVIDIA_VENDOR = "0x10de"
 # PCI Express capability (id 0x10) device/port type, bits 7:4 of its capabilities register.
@@ -43,33 +36,6 @@ PORT_TYPES = {4: "root port", 5: "switch upstream port", 6: "switch downstream p
               8: "PCI-to-PCIe bridge"}
 _BDF = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 _ROOT_BUS = re.compile(r"^pci[0-9a-f]{4,8}:[0-9a-f]{2}$")
-# DMI strings of hypervisors (systemd's src/basic/virt.c dmi_vendor_table, the common ones).
-HYPERVISOR_DMI = ("KVM", "QEMU", "VMware", "VMW", "innotek GmbH", "VirtualBox", "Xen", "Bochs", "Parallels",
-                  "BHYVE", "Microsoft Corporation Virtual Machine", "Google Compute Engine", "OpenStack Nova",
-                  "Firecracker")
-
-
-class ConfigSpaceError(ValueError):
-    """A config space that cannot be walked (a loop or an offset out of range); the message names it."""
-
-
-def find_ext_capability(config: bytes, cap_id: int) -> Optional[int]:
-    """Offset of the extended capability `cap_id` in a config space dump, None when absent or when the dump
-    stops at 256 bytes (sysfs gives non-root readers only the first 64 or 256)."""
-    offset, seen = EXT_CAP_START, set()
-    while offset and len(config) >= offset + 4:
-        if offset in seen or offset < EXT_CAP_START or offset % 4:
-            raise ConfigSpaceError(f"extended capability list loops or points outside it (offset {offset:#x})")
-        seen.add(offset)
-        header = struct.unpack_from("<I", config, offset)[0]
-        if header in (0, 0xFFFFFFFF):
-            return None
-        if header & 0xFFFF == cap_id:
-            return offset
-        offset = (header >> 20) & 0xFFC
-    return None
-
-
 @dataclass(frozen=True)
 class AcsRegisters:
     offset: int
@@ -78,7 +44,7 @@ class AcsRegisters:
 
     def blocking_on(self) -> list:
         """lspci names of the P2P-blocking control bits that are on (the bits the pcie role clears)."""
-        return [name for name, bit, _ in ACS_BITS if bit & P2P_BLOCKING and self.control & bit]
+        return [name for name, bit, _ in ACS_BITS if bit & CLEARED_BITS and self.control & bit]
 
     def text(self) -> str:
         return " ".join(f"{name}{'+' if self.control & bit else '-'}" for name, bit, _ in ACS_BITS)
@@ -103,18 +69,6 @@ def port_type(config: bytes) -> Optional[str]:
             return PORT_TYPES.get((struct.unpack_from("<H", config, pointer + 2)[0] >> 4) & 0xF)
         pointer = config[pointer + 1] & 0xFC
     return None
-
-
-def read_bytes(node: Node, absolute: str, cap: int = CONFIG_MAX) -> Optional[bytes]:
-    """A binary sysfs file (config space) with Node.read's rules: bounded, under --root never leaving the tree."""
-    path = node.path(absolute)
-    live = node.root in ("/", "")
-    try:
-        if not live:
-            path = os.path.realpath(path)
-        return read_capped(path, cap, follow_symlinks=live, within=None if live else node.root)
-    except OSError:
-        return None
 
 
 @dataclass
@@ -150,11 +104,11 @@ class PciPath:
 def _hop(node: Node, address: str, last: bool) -> Hop:
     if _ROOT_BUS.match(address):
         return Hop(address, "root complex")
-    config = read_bytes(node, f"/sys/bus/pci/devices/{address}/config") or b""
+    config = node.read_binary(f"/sys/bus/pci/devices/{address}/config", CONFIG_MAX) or b""
     kind = "device" if last else (port_type(config) or "bridge")
     try:
         acs = None if last else parse_acs(config)
-    except ConfigSpaceError:
+    except PciConfigError:
         acs = None
     return Hop(address, kind, acs, len(config))
 

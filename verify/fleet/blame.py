@@ -248,9 +248,10 @@ def pair_host_results(hosts: Sequence[str], outcomes: Iterable[Outcome], finding
 
 # What a fleet run's pairwise NCCL rounds leave in the run directory: <run>/<host>/CROSSNODE_NAME (the
 # host's fleet.nccl_pairwise result, read by verify/fleet/model.py's crossnode-*.json loading) and
-# <run>/PAIRS_NAME (every outcome, the findings and the report's pairs section).
+# <run>/PAIRS_NAME (every outcome, the findings and the report's pairs section). The summary sits in
+# the run's nccl-pairs/ directory, never at the top, where the fleet report reads *.json as host reports.
 CROSSNODE_NAME = "crossnode-nccl-pairs.json"
-PAIRS_NAME = "nccl-pairs.json"
+PAIRS_NAME = os.path.join("nccl-pairs", "summary.json")
 
 
 def pairwise_records(reported: dict, outcomes: Sequence[Outcome]) -> tuple:
@@ -300,7 +301,7 @@ def write_pairwise(run_dir: str, reported: dict, outcomes: Sequence[Outcome]) ->
             raise ValueError(f"host name {host!r} cannot name a report directory")
         write_file_atomic(os.path.join(directory, CROSSNODE_NAME), json.dumps(host_records, indent=1, default=str),
                           create_dir=True)
-    write_file_atomic(os.path.join(run_dir, PAIRS_NAME), json.dumps(summary, indent=1, default=str))
+    write_file_atomic(os.path.join(run_dir, PAIRS_NAME), json.dumps(summary, indent=1, default=str), create_dir=True)
     return summary
 
 

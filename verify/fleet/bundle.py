@@ -3,8 +3,8 @@
 A node gets verify by unpacking this next to its desired state and running `python3 -m verify`
 with PYTHONPATH pointing there, so it needs neither pip nor network access. Bytecode caches and
 editor droppings stay behind; templates/ travels too (the node's HTML report renders from it
-when jinja2 happens to be installed there), and the collection's kernel_rules.py, which
-verify.kernel_rules loads from next to the package.
+when jinja2 happens to be installed there), and the collection's kernel_rules.py and pci_config.py,
+which verify.kernel_rules and verify.pci_config load from next to the package.
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from verify.safe_io import (
 
 MAX_BUNDLE_BYTES = 64 << 20  # the package and templates are well under 1 MB compressed
 
-SHIPPED = ("verify", "templates", "plugins/module_utils/kernel_rules.py")
+SHIPPED = ("verify", "templates", "plugins/module_utils/kernel_rules.py", "plugins/module_utils/pci_config.py")
 SKIPPED_SUFFIXES = (".pyc", ".pyo", ".swp", "~")
 
 

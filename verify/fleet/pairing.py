@@ -139,9 +139,12 @@ def plan_round(hosts: Sequence[str], rails_by_host: dict, outcomes: Iterable[Out
 
     Round 1 pairs every host once (an odd host out waits for round 2, where it meets a partner that
     passed). Later rounds pair each host with an unsettled rail (suspect, or never measured because
-    its partner could not take part) with a host that passed on every rail it shares with it and
-    that it has not met yet; each good partner serves one host per round. A host that was ever the
-    culprit of an error (unreachable) is not planned again: it would only stall its partner.
+    its partner could not take part) with a host it has not met yet that passed on that rail, and the
+    test runs every shared rail that one end has unsettled and the other has passed: partners are
+    chosen per rail, never "good on every rail", so two pairs that each failed a different rail in
+    round 1 settle each other in round 2 (a host can be a suspect on one rail and the known-good
+    partner on another). Each host is in one test per round. A host that was ever the culprit of an
+    error (unreachable) is not planned again: it would only stall its partner.
     """
     hosts = list(dict.fromkeys(hosts))
     rails_of = {h: tuple(sorted(set(rails_by_host.get(h) or ()))) for h in hosts}
@@ -160,29 +163,49 @@ def plan_round(hosts: Sequence[str], rails_by_host: dict, outcomes: Iterable[Out
     culprits = {o.culprit for o in outcomes if o.status == ERROR and o.culprit}
     met = {frozenset((o.a, o.b)) for o in outcomes}
     open_rails: dict = {}
-    fully_good = []
+    good_rails: dict = {}
+    good_on: dict = {}  # rail -> hosts that passed on it, in fleet order
     for host in hosts:
         if host in culprits:
             continue
-        verdicts_here = [(rail, unit_verdict(host, rail, units)) for rail in rails_of[host]]
-        unsettled = tuple(rail for rail, v in verdicts_here if v in ("suspect", "untested", "error"))
+        verdicts_here = {rail: unit_verdict(host, rail, units) for rail in rails_of[host]}
+        unsettled = tuple(rail for rail, v in verdicts_here.items() if v in ("suspect", "untested", "error"))
         if unsettled:
             open_rails[host] = unsettled
-        elif verdicts_here and all(v == "good" for _, v in verdicts_here):
-            fully_good.append(host)
+        good_rails[host] = frozenset(rail for rail, v in verdicts_here.items() if v == "good")
+        for rail in good_rails[host]:
+            good_on.setdefault(rail, []).append(host)
     busy: set = set()
     tests = []
+    cursor = dict.fromkeys(good_on, 0)  # busy hosts stay busy all round: never scanned again
     for host, unsettled in open_rails.items():
-        for partner in fully_good:
-            if partner in busy or frozenset((host, partner)) in met:
-                continue
-            shared = tuple(r for r in unsettled if r in rails_of[partner])
-            if shared:
-                busy.add(partner)
-                tests.append(PairTest(partner, host, shared))
-                break
-        # A fleet with many suspects and few good partners leaves the rest for the next round.
+        if host in busy:
+            continue
+        partner = _free_partner(host, unsettled, good_on, cursor, busy, met)
+        if partner is None:
+            continue  # a fleet with many suspects and few good partners leaves the rest for the next round
+        partner_open = open_rails.get(partner, ())
+        rails = tuple(r for r in rails_of[host] if r in rails_of[partner] and (
+            (r in unsettled and r in good_rails[partner]) or (r in partner_open and r in good_rails[host])))
+        busy.update((host, partner))
+        tests.append(PairTest(partner, host, rails))
     return tests
+
+
+def _free_partner(host: str, unsettled: tuple, good_on: dict, cursor: dict, busy: set, met: set) -> Optional[str]:
+    """The first host not busy this round, not yet met, that passed on one of `unsettled`. Busy hosts
+    at the front of a rail's list are skipped for good (cursor), so a round stays near-linear."""
+    for rail in unsettled:
+        candidates = good_on.get(rail, ())
+        start = cursor.get(rail, 0)
+        while start < len(candidates) and candidates[start] in busy:
+            start += 1
+        cursor[rail] = start
+        for index in range(start, len(candidates)):
+            partner = candidates[index]
+            if partner != host and partner not in busy and frozenset((host, partner)) not in met:
+                return partner
+    return None
 
 
 def quick_rounds(hosts: Sequence[str]) -> list:

@@ -60,6 +60,7 @@ def main(args) -> int:
     side_errors: list = []
     addresses = read_addresses(Path(args.directory), side_errors)
     regressions = read_regressions(Path(args.directory), side_errors)
+    pairs = read_pairs(Path(args.directory), side_errors)
     for error in side_errors:
         print(f"tunefleet report: WARN {error.describe()}", file=sys.stderr)
     summary = build_summary(nodes, errors + side_errors, addresses,
@@ -67,7 +68,7 @@ def main(args) -> int:
     summary.regressions = regressions
     try:
         written = write_reports(summary, out_dir, formats, title=f"tunefleet fleet report: {Path(args.directory).name}",
-                                world_readable=world_readable)
+                                world_readable=world_readable, pairs=pairs)
     except UnsafePathError as exc:
         print(f"tunefleet report: report directory {out_dir} cannot be used safely: {exc.strerror}", file=sys.stderr)
         return 2
@@ -137,6 +138,28 @@ def read_regressions(directory: Path, errors: list) -> dict:
     return out
 
 
+def read_pairs(directory: Path, errors: list) -> Optional[dict]:
+    """The pairs section of the run's pairwise NCCL rounds (verify.fleet.blame writes <run>/nccl-pairs/
+    summary.json; its "pairs": the pair matrix and the blame list with evidence), None when the run had
+    none. A cell or blame entry the report cannot draw is left out and named; each host's own verdict
+    (fleet.nccl_pairwise) comes from its crossnode file, never from here."""
+    from verify.fleet.blame import PAIRS_NAME
+    from verify.fleet.model import LoadError
+    from verify.report.pair_matrix import checked_section
+
+    path = directory / PAIRS_NAME
+    data = _side_file(path, errors, "the pair matrix is not shown")
+    if data is None:
+        return None
+    section, problems = checked_section(data.get("pairs") if isinstance(data, dict) else None)
+    for where, message in problems:
+        if where:
+            errors.append(LoadError(str(path), message, f"pairs.{where}"))
+        else:
+            errors.append(LoadError(str(path), f"not a pairwise summary ({message}): the pair matrix is not shown"))
+    return section
+
+
 def _side_file(path: Path, errors: list, lost: str):
     """A side file the fleet run wrote, through the bounded loader; None (the error recorded) when
     absent or unreadable."""
@@ -156,11 +179,12 @@ def _kind(value) -> str:
 
 
 def write_reports(summary: FleetSummary, out_dir: Path, formats, title: str = "tunefleet fleet report",
-                  world_readable: bool = False) -> list:
+                  world_readable: bool = False, pairs: Optional[dict] = None) -> list:
     """Each format as a new file renamed over its name, owner-only unless world_readable, in a
-    directory only root and the caller can change (verify.safe_io; UnsafePathError otherwise)."""
-    renderers = {"json": lambda: _json_text(to_json(summary)),
-                 "md": lambda: to_markdown(summary, title), "html": lambda: to_html(summary, title),
+    directory only root and the caller can change (verify.safe_io; UnsafePathError otherwise).
+    pairs: the pairwise NCCL section (read_pairs), None when the run had no pair rounds."""
+    renderers = {"json": lambda: _json_text(to_json(summary, pairs)),
+                 "md": lambda: to_markdown(summary, title, pairs), "html": lambda: to_html(summary, title, pairs),
                  "junit": lambda: to_junit(summary)}
     mode = SHARED_FILE if world_readable else PRIVATE_FILE
     dir_fd = open_trusted_dir(str(out_dir), create=True, mode=0o755 if world_readable else PRIVATE_DIR)
@@ -186,7 +210,7 @@ def _json_text(document: dict) -> str:
         return json.dumps(document, default=str)
 
 
-def to_json(summary: FleetSummary) -> dict:
+def to_json(summary: FleetSummary, pairs: Optional[dict] = None) -> dict:
     """The fleet report document (schema tunefleet.fleet_report/v1):
 
     hosts_by_worst_status {FAIL, ERROR, WARN, PASS, SKIP: count}; bad_hosts [host] (worst FAIL or
@@ -197,7 +221,9 @@ def to_json(summary: FleetSummary) -> dict:
     change_percent, limit_percent, unit, reason}] and config_drift [{host, key, before, after, previous_run,
     reason}] against each host's own history (verify.history); baseline [{host, metric, value, unit, status,
     profile, baseline, reference, rule, reason}] against the fleet baseline (--baseline, verify.fleet.baseline);
-    load_errors [{path, message}].
+    pairs {hosts, cells [{a, b, rails {rail: {status, busbw_gbps, floor_gbps, fraction, round}}, worst_fraction,
+    status}], blame [{kind, hosts, rails, status, reason, remediation, evidence [outcome]}]} of the pairwise
+    NCCL rounds (verify.report.pair_matrix), null when the run had none; load_errors [{path, message}].
     """
     return {
         "schema": SCHEMA,
@@ -216,6 +242,7 @@ def to_json(summary: FleetSummary) -> dict:
         "regressions": summary.regressions.get("regressions", []),
         "config_drift": summary.regressions.get("drift", []),
         "baseline": [f.to_dict() for f in summary.baseline],
+        "pairs": pairs,
         "load_errors": [e.to_dict() for e in summary.load_errors],
     }
 
@@ -266,7 +293,7 @@ def _junit_problem(head: str, status: str, problem) -> str:
     return head + f"><{tag} message={quoteattr(reason)} type={quoteattr(label)}>{body}</{tag}></testcase>"
 
 
-def to_markdown(summary: FleetSummary, title: str) -> str:
+def to_markdown(summary: FleetSummary, title: str, pairs: Optional[dict] = None) -> str:
     counts = summary.host_counts
     out = [f"# {title}", "",
            f"{len(summary.rows)} hosts: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n), ""]
@@ -295,6 +322,8 @@ def to_markdown(summary: FleetSummary, title: str) -> str:
     if summary.baseline:
         out += ["## Below the fleet baseline", ""]
         out += [f"- **{f.host}** {f.status}: {_md(f.reason())}" for f in summary.baseline] + [""]
+    if pairs:
+        out += _pairs_markdown(pairs)
     clean = [row.host for row in summary.rows if not row.problems]
     if clean:
         shown = ", ".join(clean[:50]) + (f" and {len(clean) - 50} more" if len(clean) > 50 else "")
@@ -302,11 +331,30 @@ def to_markdown(summary: FleetSummary, title: str) -> str:
     return "\n".join(out)
 
 
-def to_html(summary: FleetSummary, title: str) -> str:
+def _pairs_markdown(pairs: dict) -> list:
+    from verify.report.pair_matrix import evidence_text
+
+    failing = sum(1 for c in pairs["cells"] if c["status"] != "pass")
+    out = ["## Pairwise NCCL per rail", "",
+           f"{len(pairs['cells'])} pairs tested between {len(pairs['hosts'])} hosts, {failing} with a failing or "
+           "unmeasured rail.", ""]
+    for blame in pairs["blame"]:
+        out.append(f"- **{', '.join(blame['hosts'])}** {blame['status']} ({blame['kind']}"
+                   f"{': ' + ', '.join(blame['rails']) if blame['rails'] else ''}): {_md(blame['reason'])}")
+        out += [f"  - {_md(evidence_text(o))}" for o in blame.get("evidence", [])[:8]]
+    if not pairs["blame"]:
+        out.append("No node, rail or path is blamed.")
+    return out + [""]
+
+
+def to_html(summary: FleetSummary, title: str, pairs: Optional[dict] = None) -> str:
     import jinja2  # controller-side only
+
+    from verify.report.pair_matrix import evidence_text, heat_map_svg
 
     env = template_environment(project_root() / "templates", autoescape=True, undefined=jinja2.StrictUndefined)
     env.filters["action_label"] = action_label
+    env.filters["evidence_text"] = evidence_text
     problem_rows = [row for row in summary.rows if row.problems]
     clean_rows = [row for row in summary.rows if not row.problems]
     shown_rows = problem_rows + clean_rows[:HTML_CLEAN_HOSTS]
@@ -315,6 +363,7 @@ def to_html(summary: FleetSummary, title: str) -> str:
         matrix_rows=shown_rows, hidden_clean=len(clean_rows) - min(len(clean_rows), HTML_CLEAN_HOSTS),
         columns=summary.check_ids[:HTML_MAX_COLUMNS], hidden_columns=max(0, len(summary.check_ids) - HTML_MAX_COLUMNS),
         plots=_html_plots(summary), host_benchmarks=_host_benchmarks(shown_rows),
+        pairs=pairs, pair_matrix_svg=heat_map_svg(pairs) if pairs else "",
     )
 
 
@@ -376,6 +425,7 @@ def _now() -> str:
 def build_from_dir(directory: str, out: Optional[str] = None, formats=FORMATS) -> FleetSummary:
     """For callers (the fleet run, the scale benchmark) that want the summary object back."""
     nodes, errors = load_fleet_dir(directory)
+    pairs = read_pairs(Path(directory), errors)
     summary = build_summary(nodes, errors)
-    write_reports(summary, Path(out or directory), formats)
+    write_reports(summary, Path(out or directory), formats, pairs=pairs)
     return summary

@@ -39,9 +39,10 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
     s.add_argument("--node-name", default=None,
                    help="the node's name in the scheduler (default: the short host name; fleet: the inventory name)")
     s.add_argument("--dry-run", action="store_true", help="print the drain/resume commands instead of running them")
+    cap_said = DEFAULT_CAP.replace("%", "%%")  # argparse formats help with %
     s.add_argument("--drain-cap", default=DEFAULT_CAP, metavar="CAP",
                    help=f"drain no more than this share ('10%%') or count ('3') of the cluster's hosts, counting the "
-                        f"ones tunefleet drained already (default {DEFAULT_CAP}); beyond it the run says "
+                        f"ones tunefleet drained already (default {cap_said}); beyond it the run says "
                         "'drain cap reached' and names the hosts it did not drain")
 
 

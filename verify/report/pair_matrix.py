@@ -10,6 +10,8 @@ from __future__ import annotations
 from html import escape
 from typing import Iterable, Optional
 
+from verify.bounded_load import finite_number
+
 CELL = 12
 MAX_HOSTS_DRAWN = 256  # a bigger fleet's matrix is unreadable as cells: the blame list says what matters
 
@@ -85,3 +87,96 @@ def heat_map_svg(section: dict) -> str:
                          f"<title>{title}</title></rect>")
     parts.append("</svg>")
     return "".join(parts)
+
+
+def evidence_text(outcome: dict) -> str:
+    """One pair outcome as a person reads it in the blame list: 'a - b, eth2, round 2: fail, 0.006 GB/s
+    (floor 0.03)'; the outcome's reason when nothing was measured."""
+    figure = outcome.get("busbw_gbps")
+    floor = outcome.get("floor_gbps")
+    measured = (f"{figure:.3g} GB/s" + (f" (floor {floor:.3g})" if isinstance(floor, (int, float)) else "")
+                if isinstance(figure, (int, float)) else str(outcome.get("reason") or "nothing measured")[:160])
+    return (f"{outcome.get('a')} - {outcome.get('b')}, {outcome.get('rail')}, round {outcome.get('round')}: "
+            f"{outcome.get('status')}, {measured}")
+
+
+def _number_or_none(value) -> bool:
+    return value is None or finite_number(value) is not None
+
+
+_TEXT_OR_NONE = (str, type(None))
+
+
+def _bad_rail(entry) -> str:
+    if not isinstance(entry, dict):
+        return "is not an object"
+    if not isinstance(entry.get("status"), str):
+        return "has no status text"
+    wrong = next((k for k in ("busbw_gbps", "floor_gbps", "fraction") if not _number_or_none(entry.get(k))), None)
+    return f"{wrong} is not a finite number" if wrong else ""
+
+
+def _bad_cell(cell) -> tuple:
+    """(field, message) of the first thing heat_map_svg could not draw in one cell, ("", "") when none."""
+    if not isinstance(cell, dict):
+        return "", "is not an object"
+    for key in ("a", "b", "status"):
+        if not isinstance(cell.get(key), str):
+            return key, "is not text"
+    if not _number_or_none(cell.get("worst_fraction")):
+        return "worst_fraction", "is not a finite number"
+    rails = cell.get("rails")
+    if not isinstance(rails, dict):
+        return "rails", "is not an object"
+    for rail, entry in rails.items():
+        problem = _bad_rail(entry)
+        if problem:
+            return f"rails.{rail}", problem
+    return "", ""
+
+
+def _bad_blame(entry) -> tuple:
+    if not isinstance(entry, dict):
+        return "", "is not an object"
+    for key in ("kind", "status", "reason"):
+        if not isinstance(entry.get(key), str):
+            return key, "is not text"
+    for key in ("hosts", "rails"):
+        if not isinstance(entry.get(key), list) or not all(isinstance(v, str) for v in entry[key]):
+            return key, "is not a list of names"
+    if not isinstance(entry.get("remediation", ""), _TEXT_OR_NONE):
+        return "remediation", "is not text"
+    evidence = entry.get("evidence", [])
+    if not isinstance(evidence, list):
+        return "evidence", "is not a list"
+    for index, outcome in enumerate(evidence):
+        figures = (outcome.get("busbw_gbps"), outcome.get("floor_gbps")) if isinstance(outcome, dict) else ("?",)
+        if not all(_number_or_none(v) for v in figures):
+            return f"evidence[{index}]", "is not an outcome with finite figures"
+    return "", ""
+
+
+def checked_section(data) -> tuple:
+    """(the pairs section, [(field, message)]) from a pairs section read back from a file (the run's
+    nccl-pairs/summary.json "pairs"): cells and blame entries this module could not draw are left out,
+    each named; (None, [("", why)]) when it is no pairs section at all."""
+    if not isinstance(data, dict) or not isinstance(data.get("cells"), list) or not isinstance(data.get("blame"), list):
+        return None, [("", "no 'cells' and 'blame' lists")]
+    hosts = data.get("hosts")
+    if not isinstance(hosts, list) or not all(isinstance(h, str) for h in hosts):
+        return None, [("hosts", "is not a list of host names")]
+    problems: list = []
+    cells, blame = [], []
+    for index, cell in enumerate(data["cells"]):
+        field, message = _bad_cell(cell)
+        if message:
+            problems.append((f"cells[{index}]" + (f".{field}" if field else ""), message))
+        else:
+            cells.append(cell)
+    for index, entry in enumerate(data["blame"]):
+        field, message = _bad_blame(entry)
+        if message:
+            problems.append((f"blame[{index}]" + (f".{field}" if field else ""), message))
+        else:
+            blame.append(entry)
+    return {"hosts": list(hosts), "cells": cells, "blame": blame}, problems

@@ -1,5 +1,8 @@
 """`tunefleet check --mode prolog|epilog|health|npd`: parse, build the desired state, run the mode, answer
-in the hook's contract (verify.scheduler.modes), write the JSON report and the Prometheus textfile."""
+in the hook's contract (verify.scheduler.modes), write the JSON report and the Prometheus textfile.
+
+The desired state comes from --spec (the installed hooks pass the one roles/scheduler_hooks rendered), or
+is rendered from the role defaults once and then read from the state directory (spec_cache.py)."""
 from __future__ import annotations
 
 import argparse
@@ -8,8 +11,12 @@ import os
 import socket
 import sys
 
+from verify import inject
+from verify.desired import SpecError, load_spec_file
 from verify.history.drain import DEFAULT_CAP, parse_cap
-from verify.scheduler import modes
+from verify.node import Node
+from verify.runner import run_command
+from verify.scheduler import modes, spec_cache
 from verify.scheduler.state import DEFAULT_DIR
 
 DEFAULT_TEXTFILE_DIR = "/var/lib/tunefleet-metrics"  # root-owned 0755; node_exporter --collector.textfile.directory
@@ -46,7 +53,7 @@ def add_parser(sub) -> None:
                                                      "$SLURMD_NODENAME in a Slurm hook)")
     c.add_argument("--drain-cap", default=DEFAULT_CAP,
                    help="drain no more than this share ('10%%') or count ('3') of the cluster's nodes "
-                        f"(default {DEFAULT_CAP}); nodes tunefleet drained already count")
+                        f"(default {DEFAULT_CAP.replace('%', '%%')}); nodes tunefleet drained already count")
     c.add_argument("--max-output", type=int, default=modes.NPD_OUTPUT_LIMIT,
                    help="npd: cut the line to this many characters (the plugin's maxOutputLength)")
 
@@ -72,20 +79,32 @@ def _write_textfile(report: dict, mode: str, directory: str) -> str:
     return ""
 
 
-def main(args: argparse.Namespace) -> int:
-    from verify import inject
-    from verify.desired import SpecError
-    from verify.local_run import UsageError, build_spec
-    from verify.node import Node
-    from verify.runner import run_command
+def desired_state(args: argparse.Namespace) -> tuple:
+    """(desired state, where it came from): --spec, else the state directory's cached rendering."""
+    if args.spec:
+        if args.vars:
+            raise ValueError("--vars cannot be combined with --spec (the file is already rendered)")
+        return load_spec_file(args.spec), f"--spec {args.spec}"
+    host = socket.gethostname()
 
+    def render() -> dict:
+        # Only a first run (or one whose inputs changed) renders: verify.local_run, jinja2 and PyYAML are
+        # imported here for that run alone, to keep every other hook start short.
+        from verify.local_run import build_spec
+
+        return build_spec(None, args.profile, args.vars, host)
+
+    return spec_cache.cached_spec(args.state_dir, args.profile, args.vars, host, render)
+
+
+def main(args: argparse.Namespace) -> int:
     mode = args.mode
     try:
         parse_cap(args.drain_cap)
-        spec = build_spec(args.spec, args.profile, args.vars, socket.gethostname())
+        spec, spec_source = desired_state(args)
         over_tree = args.root not in ("/", "")
         if args.root and not os.path.isdir(args.root):
-            raise UsageError(f"--root {args.root}: not a directory")
+            raise ValueError(f"--root {args.root}: not a directory")
         runner = inject.load(args.inject, inject.no_command if over_tree else run_command) if args.inject \
             else run_command
     except (ValueError, SpecError, inject.InjectionError, OSError) as exc:
@@ -95,7 +114,7 @@ def main(args: argparse.Namespace) -> int:
     options = modes.Options(mode, state_dir=args.state_dir, drain=not args.no_drain, dry_run=args.dry_run,
                             scheduler=args.scheduler, node_name=name, cap=args.drain_cap,
                             use_nvml=not args.inject and not over_tree, use_kmsg=not args.inject and not over_tree,
-                            output_limit=args.max_output)
+                            output_limit=args.max_output, spec_source=spec_source)
     outcome = modes.run_mode(spec, node, options)
     messages = []
     textfile = args.textfile_dir

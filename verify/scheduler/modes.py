@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from verify.checks import REGISTRY, run_checks
-from verify.checks.health_ib import PREVIOUS_COUNTERS
+from verify.checks.health_common import PREVIOUS_COUNTERS
 from verify.history.drain import DEFAULT_CAP, act, cap_allows, first_failure
 from verify.node import Node
 from verify.report import build_report, utc_now
@@ -53,6 +53,7 @@ class Options:
     use_nvml: bool = True  # False in drills: the captured nvidia-smi answers must be the ones judged
     use_kmsg: bool = True  # False over a --root tree or in a drill: the captured dmesg is the log
     output_limit: int = NPD_OUTPUT_LIMIT
+    spec_source: str = ""  # "--spec FILE", "cache" or "rendered" (verify.scheduler.spec_cache), for the report
 
 
 @dataclass
@@ -89,6 +90,8 @@ def judge(spec: dict, node: Node, options: Options, now: Optional[float] = None)
     now = time.time() if now is None else now
     start = time.perf_counter()
     rows, run = [], {"mode": options.mode, "started_at": utc_now()}
+    if options.spec_source:
+        run["spec_source"] = options.spec_source
     state, warning = saved.load(options.state_dir) if options.state_dir else (saved.State(), "")
     if warning:
         rows.append(_state_row(warning))

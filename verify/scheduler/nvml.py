@@ -25,7 +25,7 @@ from verify.node import Node
 
 # The fabric's reader and judge live in verify.facts.fabric and verify.checks.health_fabric (issue 31).
 __all__ = ["FABRIC_COMPLETED", "FABRIC_IN_PROGRESS", "FABRIC_NAMES", "FABRIC_NOT_STARTED", "FABRIC_NOT_SUPPORTED",
-           "MEMO_FABRIC", "fabric_results", "health_fields", "judge_fabric", "prime", "read_raw"]
+           "MEMO_FABRIC", "fabric_results", "health_fields", "judge_fabric", "prime", "read_gpu", "read_raw"]
 
 NA = "[N/A]"
 # nvmlClocksEventReason* bits (nvml.h), as nvidia-smi names them in --query-gpu
@@ -76,10 +76,53 @@ def _text(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def _ask(pynvml, call, *args):
+    """One NVML query; None where this GPU, driver or pynvml does not support it."""
+    try:
+        return call(*args)
+    except (pynvml.NVMLError, AttributeError, TypeError):
+        return None
+
+
+def read_gpu(pynvml, index: int) -> dict:
+    """One GPU's raw readings, inside an initialised NVML session (None = not supported). The per-GPU part
+    of a prolog's time: benchmarks/scheduler_modes.py times it alone for the 8-GPU estimate."""
+    h = pynvml.nvmlDeviceGetHandleByIndex(index)
+    reasons_call = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+        pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
+    ecc = _ask(pynvml, pynvml.nvmlDeviceGetEccMode, h)
+    memory = _ask(pynvml, pynvml.nvmlDeviceGetMemoryInfo, h)
+    margin = _ask(pynvml, getattr(pynvml, "nvmlDeviceGetMarginTemperature", None), h)
+    fabric = _ask(pynvml, getattr(pynvml, "nvmlDeviceGetGpuFabricInfo", None), h)
+    persistence = _ask(pynvml, pynvml.nvmlDeviceGetPersistenceMode, h)
+    return {
+        "index": index, "bus_id": _text(pynvml.nvmlDeviceGetPciInfo(h).busId),
+        "name": _text(_ask(pynvml, pynvml.nvmlDeviceGetName, h) or ""),
+        "uuid": _text(_ask(pynvml, pynvml.nvmlDeviceGetUUID, h) or ""),
+        "persistence": None if persistence is None else persistence == pynvml.NVML_FEATURE_ENABLED,
+        "memory_mib": None if memory is None else int(memory.total // (1024 * 1024)),
+        "ecc_mode": None if ecc is None else bool(ecc[0]),
+        "ecc_uncorrected_volatile": _ask(pynvml, pynvml.nvmlDeviceGetTotalEccErrors, h,
+                                         pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC),
+        "ecc_uncorrected_aggregate": _ask(pynvml, pynvml.nvmlDeviceGetTotalEccErrors, h,
+                                          pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_AGGREGATE_ECC),
+        "retired_pending": _ask(pynvml, pynvml.nvmlDeviceGetRetiredPagesPendingStatus, h),
+        "remapped_rows": _ask(pynvml, pynvml.nvmlDeviceGetRemappedRows, h),
+        "clock_reasons": _ask(pynvml, reasons_call, h),
+        "temperature_c": _ask(pynvml, pynvml.nvmlDeviceGetTemperature, h, pynvml.NVML_TEMPERATURE_GPU),
+        "tlimit_margin_c": getattr(margin, "margin", getattr(margin, "marginTemperature", margin))
+        if margin is not None else None,
+        "power_mw": _ask(pynvml, pynvml.nvmlDeviceGetPowerUsage, h),
+        "power_limit_mw": _ask(pynvml, pynvml.nvmlDeviceGetEnforcedPowerLimit, h),
+        "vbios": _text(_ask(pynvml, pynvml.nvmlDeviceGetVbiosVersion, h) or ""),
+        "fabric": None if fabric is None else (int(fabric.state), int(fabric.status)),
+    }
+
+
 def read_raw() -> tuple:
     """(driver version, [raw dict per GPU]) from one NVML session, or (None, why not)."""
     try:
-        import pynvml
+        import pynvml  # only where NVML is read: the config checks run on a bare python3
     except ImportError:
         return None, "pynvml is not installed"
     try:
@@ -87,46 +130,8 @@ def read_raw() -> tuple:
     except pynvml.NVMLError as exc:
         return None, f"NVML did not initialise: {exc}"
     try:
-        def ask(call, *args):
-            try:
-                return call(*args)
-            except (pynvml.NVMLError, AttributeError, TypeError):
-                return None
-
         driver = _text(pynvml.nvmlSystemGetDriverVersion())
-        gpus = []
-        reasons_call = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
-            pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
-        for index in range(pynvml.nvmlDeviceGetCount()):
-            h = pynvml.nvmlDeviceGetHandleByIndex(index)
-            ecc = ask(pynvml.nvmlDeviceGetEccMode, h)
-            memory = ask(pynvml.nvmlDeviceGetMemoryInfo, h)
-            margin = ask(getattr(pynvml, "nvmlDeviceGetMarginTemperature", None), h)
-            fabric = ask(getattr(pynvml, "nvmlDeviceGetGpuFabricInfo", None), h)
-            persistence = ask(pynvml.nvmlDeviceGetPersistenceMode, h)
-            gpus.append({
-                "index": index, "bus_id": _text(pynvml.nvmlDeviceGetPciInfo(h).busId),
-                "name": _text(ask(pynvml.nvmlDeviceGetName, h) or ""),
-                "uuid": _text(ask(pynvml.nvmlDeviceGetUUID, h) or ""),
-                "persistence": None if persistence is None else persistence == pynvml.NVML_FEATURE_ENABLED,
-                "memory_mib": None if memory is None else int(memory.total // (1024 * 1024)),
-                "ecc_mode": None if ecc is None else bool(ecc[0]),
-                "ecc_uncorrected_volatile": ask(pynvml.nvmlDeviceGetTotalEccErrors, h,
-                                                pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC),
-                "ecc_uncorrected_aggregate": ask(pynvml.nvmlDeviceGetTotalEccErrors, h,
-                                                 pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_AGGREGATE_ECC),
-                "retired_pending": ask(pynvml.nvmlDeviceGetRetiredPagesPendingStatus, h),
-                "remapped_rows": ask(pynvml.nvmlDeviceGetRemappedRows, h),
-                "clock_reasons": ask(reasons_call, h),
-                "temperature_c": ask(pynvml.nvmlDeviceGetTemperature, h, pynvml.NVML_TEMPERATURE_GPU),
-                "tlimit_margin_c": getattr(margin, "margin", getattr(margin, "marginTemperature", margin))
-                if margin is not None else None,
-                "power_mw": ask(pynvml.nvmlDeviceGetPowerUsage, h),
-                "power_limit_mw": ask(pynvml.nvmlDeviceGetEnforcedPowerLimit, h),
-                "vbios": _text(ask(pynvml.nvmlDeviceGetVbiosVersion, h) or ""),
-                "fabric": None if fabric is None else (int(fabric.state), int(fabric.status)),
-            })
-        return driver, gpus
+        return driver, [read_gpu(pynvml, index) for index in range(pynvml.nvmlDeviceGetCount())]
     except pynvml.NVMLError as exc:
         return None, f"NVML failed while reading the GPUs: {exc}"
     finally:

@@ -59,7 +59,8 @@ def parse(text: str) -> State:
     return state
 
 
-def _open_dir(directory: str) -> int:
+def open_state_dir(directory: str) -> int:
+    """The state directory, made or kept root-only 0700 and walked without following a link (safe_io)."""
     dir_fd = open_trusted_dir(directory, create=True, mode=PRIVATE_DIR)
     with contextlib.suppress(OSError):
         os.fchmod(dir_fd, PRIVATE_DIR)  # ours (root): keep it 0700 whoever made it wider
@@ -69,7 +70,7 @@ def _open_dir(directory: str) -> int:
 def load(directory: str) -> tuple:
     """(State, warning or ""): a missing file is a first run; anything unreadable is a fresh State + why."""
     try:
-        dir_fd = _open_dir(directory)
+        dir_fd = open_state_dir(directory)
     except OSError as exc:
         return State(), f"state directory {directory} cannot be used: {exc.strerror or exc}; judged from boot"
     try:
@@ -98,7 +99,7 @@ def save(directory: str, state: State) -> str:
     """Write the state atomically; '' or why it could not be written (never raises)."""
     state.open_events = state.open_events[-MAX_OPEN_EVENTS:]
     try:
-        dir_fd = _open_dir(directory)
+        dir_fd = open_state_dir(directory)
         try:
             write_in_dir(dir_fd, FILE_NAME, state.to_json(), PRIVATE_FILE)
         finally:
