@@ -14,6 +14,9 @@ device_workdir scheduler
 note "== machine"
 nvidia-smi --query-gpu=index,name,pci.bus_id,driver_version --format=csv,noheader 2>&1 | tee -a "$summary"
 
+# As roles/scheduler_hooks installs it: byte-compiled once, so no hook run compiles
+$py -I -m compileall -q verify >/dev/null
+
 # (a) one prolog, its state and textfile in fresh private directories
 state=$(mktemp -d) metrics=$(mktemp -d)
 $py -m verify check --mode prolog --no-drain --state-dir "$state" --textfile-dir "$metrics" \
