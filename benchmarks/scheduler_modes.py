@@ -109,7 +109,8 @@ def report_nvml(timings: dict, prolog_p99: float) -> list:
         f"8-GPU estimate: prolog p99 ~ {prolog_p99 + (8 - gpus) * per_gpu_p99:.3f} s = this machine's p99 "
         f"{prolog_p99:.3f} s + {8 - gpus} x the per-GPU p99 {per_gpu_p99 * 1e3:.2f} ms (import, init and "
         "shutdown are paid once whatever the count; the kernel log and the config checks do not grow with "
-        "GPUs; in health the NVLink and IB checks grow with links and ports)",
+        "GPUs; in health the NVLink and IB checks grow with links and ports). An upper bound: the prolog reads "
+        "the GPUs in parallel threads, which only a machine with 8 GPUs can show",
     ]
 
 

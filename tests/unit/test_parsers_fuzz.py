@@ -35,11 +35,17 @@ from ansible_collections.tunefleet.gpu_node.plugins.module_utils import (  # noq
 )
 
 from plugins import load_plugin  # noqa: E402
-from verify import bounded_load, desired, node, profiles  # noqa: E402
+from verify import (  # noqa: E402
+    bounded_load,
+    desired,
+    node,
+    pci_config,  # noqa: E402
+    profiles,
+)
 from verify.bench import common, dcgm_parse, gds_parse, nccl_parse, perftest, perftest_parse  # noqa: E402
 from verify.checks import common as checks_common  # noqa: E402
 from verify.checks import conflicts, ethtool_params, limits, nccl_conf, path_mtu, peermem  # noqa: E402
-from verify.facts import gpu_query, health_smi, kernel_log, links, node_facts, versions  # noqa: E402
+from verify.facts import fabric, gpu_query, health_smi, kernel_log, links, node_facts, pci_path, versions  # noqa: E402
 from verify.fleet import baseline, baseline_rules, model  # noqa: E402
 from verify.history import drain  # noqa: E402
 from verify.judging import thresholds  # noqa: E402
@@ -315,6 +321,14 @@ PARSERS = [
             b"the bus.\n SUBSYSTEM=pci\n", b"4,1,0,-;usb 1-1: new device\n"]),
     Parser("verify.scheduler.state:parse", lambda d: scheduler_state.parse(text(d)), (ValueError,),
            [b'{"schema": "tunefleet.scheduler_state/v1", "boot_id": "x", "kernel_uptime_s": 1.5, "open_events": []}']),
+    Parser("verify.facts.fabric:parse_smi_fabric", lambda d: fabric.parse_smi_fabric(text(d)), (),
+           _fixture("node/pcie/h100sxm8-nvidia-smi-q.txt", "node/pcie/a100sxm-fabric-in-progress.txt")),
+    Parser("verify.facts.fabric:parse_manager_version", lambda d: fabric.parse_manager_version(text(d)), (),
+           [b"Fabric Manager version is : 535.129.03\n"]),
+    Parser("verify.facts.pci_path:parse_acs", lambda d: pci_path.parse_acs(d), (pci_config.PciConfigError,),
+           [bytes(4096), bytes(256)]),
+    Parser("verify.facts.pci_path:parse_cmdline", lambda d: pci_path.parse_cmdline(text(d)), (),
+           [b"BOOT_IMAGE=/vmlinuz-6.8 root=/dev/sda1 ro iommu=pt intel_iommu=on\n"]),
     Parser("plugins.module_utils.kernel_rules:parse_cpulist", lambda d: kernel_rules.parse_cpulist(text(d)),
            (kernel_rules.KernelRuleError,), [b"0-3,8,10-11", b"0-7:1/2\n"]),
     Parser("plugins.module_utils.kernel_rules:parse_choices", lambda d: kernel_rules.parse_choices(text(d)), (),
@@ -437,6 +451,18 @@ EXEMPT = {
     "verify.scheduler.kernel_events:read_kmsg": "reads /dev/kmsg; each record goes to parse_kmsg_record (fuzzed)",
     "verify.scheduler.kernel_events:read_since": "read_kmsg from a cursor",
     "verify.scheduler.nvml:read_raw": "NVML calls, no text parsed",
+    "verify.facts.fabric:read_gpu_fabric": "NVML / nvidia-smi -q; its text goes to parse_smi_fabric (fuzzed)",
+    "verify.facts.fabric:read_manager": "systemctl and nv-fabricmanager --version; parse_manager_version is fuzzed",
+    "verify.facts.pci_path:read_paths": "sysfs through Node.read_binary; parse_acs is fuzzed",
+    "verify.facts.pci_path:read_iommu": "sysfs and /proc/cmdline through the Node; parse_cmdline is fuzzed",
+    "plugins.module_utils.pci_config:read_config": "the module's config-space read; walked as parse_acs",
+    "plugins.module_utils.pci_config:read_acs": "read_config + find_acs (fuzzed through parse_acs)",
+    "verify.kernel_rules:load_home": "imports the collection's own module_utils file, no input parsed",
+    "verify.node:Node.read_binary": "read_capped of one file; Node.read's callers' parsers are fuzzed",
+    "verify.scheduler.nvml:read_gpu": "NVML calls, no text parsed",
+    "verify.fleet.nccl_pair:_read": "a live sysfs attribute through read_capped",
+    "verify.fleet.pairing:load_outcomes": "load_json_bounded of nccl_pair's own output; from_dict refuses bad shapes",
+    "verify.fleet.report:read_pairs": "blame's own summary, bounded; damaged cells skipped (test_fleet_pairs_report)",
     "verify.checks.health_*:*": "helper F's new health checks; run through verify.checks:run_checks",
 }
 

@@ -71,3 +71,22 @@ def test_without_nvml_the_benchmark_gives_no_estimate(monkeypatch):
     lines = bench.report_nvml(bench.nvml_timings(3), prolog_p99=0.3)
     assert lines == ["NVML: not measured here (pynvml is not installed): the modes used nvidia-smi or saw no GPU; "
                      "no 8-GPU estimate from this machine"]
+
+
+def test_the_gpus_are_read_side_by_side_in_their_own_order(monkeypatch):
+    """Eight GPUs whose handle takes 50 ms each: read in parallel threads (NVML is thread-safe) the session
+    costs about one reading, not eight, and the readings keep the driver's order."""
+    slow = fake_pynvml(8)
+    monkeypatch.setattr(slow, "nvmlInit", lambda: None)
+
+    def handle(index):
+        time.sleep(0.05)
+        return index
+
+    monkeypatch.setattr(slow, "nvmlDeviceGetHandleByIndex", handle)
+    monkeypatch.setitem(sys.modules, "pynvml", slow)
+    start = time.perf_counter()
+    driver, gpus = nvml.read_raw()
+    took = time.perf_counter() - start
+    assert driver == "580.159.04" and [g["bus_id"] for g in gpus] == [f"00000000:{i + 0x18:02X}:00.0" for i in range(8)]
+    assert took < 8 * 0.05 / 2  # eight 50 ms readings in a row would take 0.4 s

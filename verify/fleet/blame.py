@@ -17,6 +17,7 @@ import sys
 from dataclasses import dataclass, replace
 from typing import Iterable, Optional, Sequence
 
+from verify.bounded_load import load_json_bounded
 from verify.fleet.pairing import (
     ERROR,
     FAIL,
@@ -314,8 +315,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--run-dir", required=True, help="the fleet run directory (<run>/<host>/ gets the results)")
     args = parser.parse_args(argv)
     try:
-        with open(args.rails, encoding="utf-8") as handle:
-            reported = json.load(handle)
+        reported = load_json_bounded(args.rails, what="--rails")
         if not isinstance(reported, dict):
             raise ValueError("--rails is not a JSON object")
         outcomes = load_outcomes(args.outcomes)

@@ -21,6 +21,8 @@ import os
 import sys
 from typing import Optional, Sequence
 
+from verify.bounded_load import load_json_bounded
+
 CHECK_ID = "fleet.nccl_allreduce_multinode"
 THRESHOLD_KEY = "nccl_allreduce_internode_busbw_gbps"
 REMEDIATION = ("gpu: gpu_nccl_conf (NCCL_IB_HCA, NCCL_SOCKET_IFNAME); network: network_mtu; "
@@ -283,9 +285,8 @@ def launch(args: argparse.Namespace) -> int:
 
 def _read_json(path: str) -> Optional[dict]:
     try:
-        with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
-    except (OSError, ValueError, RecursionError):  # deep nesting recurses; the schema check judges the rest
+        return load_json_bounded(path, what="engine result")
+    except (OSError, ValueError):  # BoundedLoadError (too big, too deep) included; the schema judges the rest
         return None
 
 

@@ -25,6 +25,7 @@ from typing import Optional, Sequence
 
 from verify.fleet import multinode
 from verify.fleet.pairing import ERROR, FAIL, PASS, Outcome
+from verify.safe_io import read_capped
 
 CHECK_PREFIX = "fleet.nccl_pair"
 # Without a profile, a pair on one rail must reach this fraction of the rail's line rate: a healthy
@@ -46,9 +47,9 @@ class Rail:
 
 
 def _read(path: str) -> str:
+    """A live sysfs attribute (a NIC's numa_node, an HCA port's state): bounded, as sysfs has it."""
     try:
-        with open(path, encoding="ascii", errors="replace") as handle:
-            return handle.read(4096).strip()
+        return read_capped(path, 4096, follow_symlinks=True).decode("ascii", errors="replace").strip()
     except OSError:
         return ""
 

@@ -21,6 +21,8 @@ import sys
 from dataclasses import dataclass
 from typing import Iterable, Optional, Sequence
 
+from verify.bounded_load import load_json_bounded, loads_json_bounded
+
 
 @dataclass(frozen=True)
 class PairResult:
@@ -307,8 +309,7 @@ def load_outcomes(paths: Sequence[str]) -> list:
     """Every Outcome in these JSON files (each a list of Outcome dicts, as nccl_pair collect writes)."""
     outcomes = []
     for path in paths:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
+        data = load_json_bounded(path, what="pair outcomes")
         outcomes.extend(Outcome.from_dict(o) for o in (data if isinstance(data, list) else [data]))
     return outcomes
 
@@ -316,9 +317,8 @@ def load_outcomes(paths: Sequence[str]) -> list:
 def _arg(text: str):
     """A JSON argument, or @FILE holding it (a 1,000-host fleet's outcomes do not fit one argv string)."""
     if text.startswith("@"):
-        with open(text[1:], encoding="utf-8") as handle:
-            return json.load(handle)
-    return json.loads(text)
+        return load_json_bounded(text[1:], what="argument file")
+    return loads_json_bounded(text, "argument")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -10,6 +10,8 @@ Where pynvml is missing the checks fall back to nvidia-smi by themselves (slower
 """
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 from verify.checks.health_fabric import fabric_results, judge_fabric
 from verify.facts import health_smi
 from verify.facts.fabric import (
@@ -131,7 +133,13 @@ def read_raw() -> tuple:
         return None, f"NVML did not initialise: {exc}"
     try:
         driver = _text(pynvml.nvmlSystemGetDriverVersion())
-        return driver, [read_gpu(pynvml, index) for index in range(pynvml.nvmlDeviceGetCount())]
+        count = pynvml.nvmlDeviceGetCount()
+        if count <= 1:
+            return driver, [read_gpu(pynvml, index) for index in range(count)]
+        # NVML is thread-safe and ctypes releases the GIL in each call: the GPUs are read side by side, so an
+        # 8-GPU prolog does not pay 8 readings in a row (unless the driver itself serialises them).
+        with ThreadPoolExecutor(max_workers=min(count, 16)) as pool:
+            return driver, list(pool.map(lambda index: read_gpu(pynvml, index), range(count)))
     except pynvml.NVMLError as exc:
         return None, f"NVML failed while reading the GPUs: {exc}"
     finally:
