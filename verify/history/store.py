@@ -33,6 +33,7 @@ import json
 import os
 import sqlite3
 import stat
+import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Optional
 from urllib.parse import quote
@@ -568,8 +569,7 @@ def _prepare(db: sqlite3.Connection, path: str) -> None:
                            f"{SCHEMA_VERSION}: upgrade tunefleet (the file is left untouched)")
     try:
         db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        if db.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
-            db.execute("PRAGMA journal_mode = WAL")  # readers never block the writer, nor it them
+        _switch_to_wal(db)
         db.execute("PRAGMA synchronous = NORMAL")  # durable at each checkpoint; WAL keeps it consistent
         db.execute("PRAGMA foreign_keys = ON")
         if version < SCHEMA_VERSION:
@@ -578,6 +578,22 @@ def _prepare(db: sqlite3.Connection, path: str) -> None:
         raise HistoryUnavailable(f"history {path}: cannot write it here ({exc}); nothing was written") from exc
     except sqlite3.DatabaseError as exc:
         raise HistoryError(f"history {path}: cannot prepare it ({exc}); nothing was written") from exc
+
+
+def _switch_to_wal(db: sqlite3.Connection) -> None:
+    """WAL mode (readers never block the writer, nor it them). Switching needs the file to itself, and SQLite
+    answers "database is locked" at once, without its busy handler, while another run holds it (runs that
+    start together and race to create the file): retried for up to the busy timeout before it counts."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            if db.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                db.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def _migrate(db: sqlite3.Connection) -> None:
