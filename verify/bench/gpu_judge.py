@@ -17,13 +17,13 @@ verdict wins:
 
 from __future__ import annotations
 
-import math
 import statistics
 from dataclasses import dataclass
 from typing import Any, Optional
 
 from verify.bench import gpu_clocks
 from verify.bench.common import Threshold, judged, result
+from verify.bounded_load import finite_number
 from verify.judging import gpu_models, peaks
 from verify.judging.thresholds import broken_measurement
 from verify.result import CheckResult, Status
@@ -156,13 +156,8 @@ def floor_for(kind: str, peak: Optional[peaks.Peak], resolved: Optional[Threshol
 
 def real_figure(value: Any) -> Optional[float]:
     """The value as a float when it could be a measurement (a finite number above zero), else None."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        number = float(value)
-    except OverflowError:
-        return None
-    return number if math.isfinite(number) and number > 0 else None
+    number = finite_number(value)
+    return number if number is not None and number > 0 else None
 
 
 def broken(value: Any, bound: Optional[peaks.Peak]) -> Optional[str]:

@@ -19,7 +19,6 @@ textfile directory without duplicate series.
 from __future__ import annotations
 
 import datetime
-import math
 import re
 from typing import Optional
 
@@ -67,20 +66,13 @@ def _timestamp(iso: object) -> float:
 
 
 def _number(value: object) -> Optional[float]:
-    if isinstance(value, bool):
-        return None
+    """A figure as a finite float; a reading printed with its unit ("127.00 W") counts by its number."""
     if isinstance(value, str):
         try:
             value = float(value.split()[0]) if value.strip() else None
         except ValueError:
             return None
-    if not isinstance(value, (int, float)):
-        return None
-    try:
-        number = float(value)
-    except OverflowError:
-        return None
-    return number if math.isfinite(number) else None
+    return finite_number(value)
 
 
 def _short_bus(bus: object) -> str:
