@@ -96,7 +96,7 @@ cp "$work/engine_quick_parallel.stdout" "$work/fixtures/gpu_engine_$tag.stdout"
 cp "$work/engine_quick_serial.stdout" "$work/fixtures/gpu_engine_${tag}_serial.stdout"
 $py - "$work/engine_quick_parallel.stdout" "$work/engine_quick_serial.stdout" <<'PY' | tee -a "$summary"
 import sys
-from verify.bench.common import read_result
+from verify.engine import read_result
 par, ser = (read_result(open(p).read()) for p in sys.argv[1:3])
 if not par or not ser:
     print("CHECK FAIL engine payloads for parallel and serial"); sys.exit(0)
