@@ -17,6 +17,7 @@ from __future__ import annotations
 from verify.checks.common import result, skip
 from verify.checks.health_common import ROLE
 from verify.facts.fabric import nvswitches, read_manager
+from verify.facts.gpu_query import query_gpus
 from verify.facts.hardware import detect
 from verify.facts.pci import driver_reason
 from verify.facts.peer_access import PeerAccess, nvlink_count, read_gpu_links, read_peer_access
@@ -95,6 +96,12 @@ def run(spec: dict, node: Node) -> list:
     reason = driver_reason(node)
     if reason:
         return [skip(CHECK_ID, ROLE, reason)]
+    try:  # the GPU inventory every check shares (NVML, else nvidia-smi; read once per run)
+        listed = len(query_gpus(node).gpus)
+    except ValueError:
+        listed = None  # unknown here: the engine counts what CUDA sees
+    if listed is not None and listed < 2:  # one GPU needs no engine started
+        return [skip(CHECK_ID, ROLE, f"{listed} GPU on this node: no pair to access peer to peer")]
     access = read_peer_access(node)
     if access.skip_reason:
         return [skip(CHECK_ID, ROLE, f"CUDA peer access cannot be asked here: {access.skip_reason}")]
