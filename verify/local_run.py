@@ -13,7 +13,7 @@ import time
 from typing import Optional
 
 from verify import inject
-from verify.checks.health_common import PREVIOUS_COUNTERS
+from verify.checks.health_common import remember_previous
 from verify.desired import SpecError, load_spec_file, load_vars_file, render_spec
 from verify.facts.node_facts import gather_facts
 from verify.node import Node
@@ -150,19 +150,20 @@ def verify_node(spec: dict, node: Node, bench: bool = True, bench_names: Optiona
 
     Before any check runs, node.memo["lookback"] says from when the health checks judge kernel and
     driver events: the host's last operator ack in `history` (verify.history.cli.RunHistory), else boot;
-    and node.memo["previous_counters"] holds the error counters the host's last recorded run read, which
-    the health checks judge the increase against (absent: since driver load).
+    and node.memo["previous_counters"] holds the error counters the host's last recorded run read, and when
+    (that run's start; this run's start is the other end of the interval), which the health checks judge the
+    increase per minute against (absent: the count since driver load).
     """
     from verify.checks import run_checks
     from verify.history.cli import lookback_of
+    from verify.history.record import stamp_to_unix
     from verify.history.store import BOOT
     started = utc_now()
     facts = gather_facts(node)  # first: the host name the history knows this node by
     lookback = BOOT if history is None else lookback_of(history, str(facts.get("host")))
     node.memo["lookback"] = lookback.to_memo()
-    previous = previous_counters_of(history, str(facts.get("host")))
-    if previous:
-        node.memo[PREVIOUS_COUNTERS] = previous
+    previous, read_at = previous_counters_of(history, str(facts.get("host")))
+    remember_previous(node, previous, read_at, stamp_to_unix(started))
     start = time.perf_counter()
     timings: dict = {}
     results = run_checks(spec, node, timings=timings)
@@ -188,19 +189,20 @@ def verify_node(spec: dict, node: Node, bench: bool = True, bench_names: Optiona
     return build_report(spec, facts, results, run)
 
 
-def previous_counters_of(history, host: str) -> dict:
-    """The counters of the host's last recorded run ({} with --no-history, without one, or when the history
-    cannot be read: then the failure is reported once with the run's other history rows, as for the lookback)."""
-    from verify.history.record import previous_counters
+def previous_counters_of(history, host: str) -> tuple:
+    """(counters, Unix time they were read or None) of the host's last recorded run (({}, None) with
+    --no-history, without one, or when the history cannot be read: then the failure is reported once with the
+    run's other history rows, as for the lookback)."""
+    from verify.history.record import previous_reading
     from verify.history.store import HistoryError
 
     if history is None or history.store is None:
-        return {}
+        return {}, None
     try:
-        return previous_counters(history.store, host)
+        return previous_reading(history.store, host)
     except HistoryError as exc:
         history.problem = history.problem or str(exc)
-        return {}
+        return {}, None
 
 
 def main(args) -> int:

@@ -7,7 +7,7 @@
 #
 # Read-only: nothing on the node is changed; no load is put on the GPUs except `dcgmi diag -r 1`
 # where DCGM is installed (about a minute; NO_DCGM=1 leaves it out).
-set -uo pipefail
+set -euo pipefail
 : "${OUT:?set OUT to the folder the capture goes to}"
 cd "$(dirname "$0")/../.." || exit 1
 dir="$OUT/health"
@@ -15,11 +15,12 @@ mkdir -p "$dir/cmd" "$dir/sysfs"
 py=${PYTHON:-python3}
 
 # One command: stdout, stderr and exit status kept apart, like verify.runner.run_command returns them.
+# A tool that fails (no NVLink, no journal) is part of the capture: its status is kept, not fatal.
 capture() {
-  local name=$1
+  local name=$1 rc=0
   shift
-  "$@" >"$dir/cmd/$name.stdout" 2>"$dir/cmd/$name.stderr"
-  echo "$?" >"$dir/cmd/$name.rc"
+  "$@" >"$dir/cmd/$name.stdout" 2>"$dir/cmd/$name.stderr" || rc=$?
+  echo "$rc" >"$dir/cmd/$name.rc"
   printf '%s\n' "$*" >"$dir/cmd/$name.argv"
 }
 
@@ -39,21 +40,21 @@ capture topo-m nvidia-smi topo -m
 if command -v dcgmi >/dev/null 2>&1 && [ -z "${NO_DCGM:-}" ]; then
   capture dcgmi-diag-r1-j timeout 600 dcgmi diag -r 1 -j
 fi
-cat /proc/driver/nvidia/version >"$dir/proc_driver_nvidia_version.txt" 2>&1
+cat /proc/driver/nvidia/version >"$dir/proc_driver_nvidia_version.txt" 2>&1 || true  # the error is the record
 
 # PCIe link files of every NVIDIA (0x10de) and Mellanox/NVIDIA networking (0x15b3) function and of
 # the bridge above it: the files health_pcie.link_state reads.
 for dev in /sys/bus/pci/devices/*; do
-  vendor=$(cat "$dev/vendor" 2>/dev/null)
+  vendor=$(cat "$dev/vendor" 2>/dev/null) || continue  # a function gone since the listing
   case "$vendor" in 0x10de | 0x15b3) ;; *) continue ;; esac
   real=$(readlink -f "$dev")
   for node in "$real" "$(dirname "$real")"; do
     name=$(basename "$node")
-    [ -e "$dir/sysfs/$name.txt" ] && continue
+    if [ -e "$dir/sysfs/$name.txt" ]; then continue; fi
     {
       echo "path=$node"
       for f in vendor device class current_link_speed max_link_speed current_link_width max_link_width numa_node; do
-        [ -r "$node/$f" ] && echo "$f=$(cat "$node/$f" 2>&1)"
+        if [ -r "$node/$f" ]; then echo "$f=$(cat "$node/$f" 2>&1)"; fi
       done
     } >"$dir/sysfs/$name.txt"
   done
@@ -71,7 +72,7 @@ for port in /sys/class/infiniband/*/ports/*; do
     done
   } >"$dir/sysfs/ib_$name.txt"
 done
-ls -la /sys/class/infiniband/ >"$dir/sysfs/infiniband_ls.txt" 2>&1
+ls -la /sys/class/infiniband/ >"$dir/sysfs/infiniband_ls.txt" 2>&1 || true  # no RDMA: the error is the record
 # HCA firmware, type and board (node facts: firmware, for the fleet's uniformity report).
 for hca in /sys/class/infiniband/*; do
   [ -d "$hca" ] || continue
@@ -80,7 +81,8 @@ for hca in /sys/class/infiniband/*; do
 done
 
 # The checks themselves, for real, with their timings (the config suite's budget is 0.5 s).
-$py - >"$dir/health_checks.json" 2>"$dir/health_checks.stderr" <<'EOF'
+rc=0
+$py - >"$dir/health_checks.json" 2>"$dir/health_checks.stderr" <<'EOF' || rc=$?  # kept in health_checks.rc
 import json, time
 from verify.checks import REGISTRY, run_checks
 from verify.desired import render_spec
@@ -96,10 +98,11 @@ for profile in (None, "auto"):
                  "results": [r.to_dict() for r in results]})
 print(json.dumps(runs, indent=1))
 EOF
-echo "$?" >"$dir/health_checks.rc"
-# The firmware facts the fleet's uniformity report compares (GPU VBIOS, HCA firmware).
+echo "$rc" >"$dir/health_checks.rc"
+# The firmware facts the fleet's uniformity report compares (GPU VBIOS, HCA firmware); a failure is
+# kept in firmware_facts.stderr, with the rest of the capture.
 $py -c 'import json; from verify.facts.firmware import firmware_facts; from verify.node import Node
-print(json.dumps(firmware_facts(Node()), indent=1))' >"$dir/firmware_facts.json" 2>"$dir/firmware_facts.stderr"
+print(json.dumps(firmware_facts(Node()), indent=1))' >"$dir/firmware_facts.json" 2>"$dir/firmware_facts.stderr" || true
 
 tar -C "$OUT" -czf "$OUT/health.tar.gz" health
 echo "wrote $OUT/health.tar.gz"

@@ -8,7 +8,7 @@
 #
 # OLD_TREE is the earlier version unpacked (git archive COMMIT | tar -x -C OLD_TREE). The node's state
 # is molecule's node_state.py snapshot: kernel values, the block devices' queues, every file under /etc.
-set -uo pipefail
+set -euo pipefail
 old=${1:?usage: compare_apply.sh OLD_TREE}
 old=$(cd "$old" && pwd)
 . "$(dirname "$0")/lib.sh"
@@ -18,15 +18,17 @@ export PYTHONPATH=$site  # the playbooks' modules, not this checkout's verify, o
 vars=$PWD/tests/device/gpu_node_vars.yml
 state=(python3 "$PWD/molecule/shared/files/node_state.py")
 blocks=()
-for dev in /sys/block/vd*; do [ -e "$dev" ] && blocks+=(--block "$(basename "$dev")"); done
+for dev in /sys/block/vd*; do
+  if [ -e "$dev" ]; then blocks+=(--block "$(basename "$dev")"); fi
+done
 
 # play TREE PLAYBOOK [ARGS]: that tree's playbook, with that tree as tunefleet.gpu_node; recap in the summary.
 play() {
-  local tree=$1 book=$2; shift 2
+  local tree=$1 book=$2 rc=0; shift 2
   use_roles_from "$tree"
+  # A failed play is recorded (exit, recap, its last lines) and the comparisons that follow judge it.
   (cd "$tree" && ANSIBLE_CONFIG=$tree/ansible.cfg python3 "$site/bin/ansible-playbook" -i inventory/local \
-     -e @"$vars" "$book" "$@") >"$work/play.log" 2>&1
-  local rc=$?
+     -e @"$vars" "$book" "$@") >"$work/play.log" 2>&1 || rc=$?
   cat "$work/play.log" >>"$work/plays.log"
   note "== $(basename "$tree") $book $*: exit $rc; $(grep -E '^localhost +:' "$work/play.log" | tail -1 | tr -s ' ')"
   [ $rc -eq 0 ] || tail -20 "$work/play.log" | tee -a "$summary"
@@ -39,24 +41,25 @@ same() {  # same SNAPSHOT MESSAGE: the node against a saved snapshot
 "${state[@]}" save "$work/before.json" "${blocks[@]}" --files /etc | tee -a "$summary"
 play "$old" playbooks/site.yml
 "${state[@]}" save "$work/applied_old.json" --selection-from "$work/before.json" >/dev/null
-cp /var/lib/tunefleet/ledger.json "$work/ledger_old.json" 2>/dev/null
+cp /var/lib/tunefleet/ledger.json "$work/ledger_old.json" 2>/dev/null || true  # no ledger: nothing changed
 play "$old" playbooks/restore.yml
 same "$work/before.json" "the earlier roles' restore brings back the node as found"
 
 play "$PWD" playbooks/site.yml --check
 play "$PWD" playbooks/site.yml
 same "$work/applied_old.json" "this checkout's roles leave the node as the earlier roles did"
-cp /var/lib/tunefleet/ledger.json "$work/ledger_new.json" 2>/dev/null
+cp /var/lib/tunefleet/ledger.json "$work/ledger_new.json" 2>/dev/null || true  # no ledger: nothing changed
 play "$PWD" playbooks/site.yml
-grep -qE '^localhost +:.*changed=0 ' "$work/play.log" && note "CHECK PASS second apply changed=0" \
-  || note "CHECK FAIL second apply changed something"
+if grep -qE '^localhost +:.*changed=0 ' "$work/play.log"; then note "CHECK PASS second apply changed=0"
+else note "CHECK FAIL second apply changed something"; fi
 play "$PWD" playbooks/restore.yml
 same "$work/before.json" "this checkout's restore brings back the node as found"
 
 use_roles_from "$PWD"
 for mode in "" --apply; do
   note "== benchmarks/apply_vs_setup.py --runs 3 $mode"
-  python3 benchmarks/apply_vs_setup.py --runs 3 $mode -e @"$vars" --bin "$site/bin" 2>&1 | tee -a "$summary"
+  python3 benchmarks/apply_vs_setup.py --runs 3 $mode -e @"$vars" --bin "$site/bin" 2>&1 | tee -a "$summary" \
+    || note "CHECK FAIL benchmarks/apply_vs_setup.py $mode exit $?"
 done
 play "$PWD" playbooks/restore.yml
 same "$work/before.json" "the node is as found at the end"

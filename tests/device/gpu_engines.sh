@@ -14,29 +14,30 @@
 # build tree, no HTML; its size is printed, it must stay under the device tool's 16 MiB per file) and,
 # as separate small files, $OUT/fixtures/gpu_{engine,burn}_<model>x<GPUs>*.stdout: the engine's raw
 # payloads, named for tests/fixtures/bench/ (see the README there).
-set -uo pipefail
+set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 device_workdir gpu-engines
 verify=($py -m verify verify --local --format json,md)
 show='^benchmarks|^skipped|^profile|^hardware|^(PASS|WARN|FAIL|ERROR|SKIP) +bench\.gpu'
 compete=""
 
+# On EXIT, also after a stop: every command here must not fail (a failure would end the trap early).
 finish() {
-  [ -n "$compete" ] && kill "$compete" 2>/dev/null && wait "$compete" 2>/dev/null
-  note "== CHECK totals: $(grep -c '^CHECK PASS' "$summary") PASS, $(grep -c '^CHECK FAIL' "$summary") FAIL"
+  stop_competitor
+  note "== CHECK totals: $(grep -c '^CHECK PASS' "$summary" || true) PASS, $(grep -c '^CHECK FAIL' "$summary" || true) FAIL"
   # Only what the note and the fixtures need: never the nccl-tests build tree (tens of MiB of binaries).
   (cd "$work" && find . -maxdepth 2 -type f \( -name summary.txt -o -name '*.log' -o -name '*.stdout' \
       -o -name '*.stderr' -o -name report.json -o -name side_by_side.json -o -name '*.json' -path './burn*' \) \
-      -not -path './nccl-tests-build/*' | sort >"$work/.packed")
+      -not -path './nccl-tests-build/*' | sort >"$work/.packed") || true
   if tar -C "$work" -czf "$out/gpu_engines.tar.gz" -T "$work/.packed"; then
-    local size; size=$(stat -c %s "$out/gpu_engines.tar.gz")
+    local size; size=$(stat -c %s "$out/gpu_engines.tar.gz") || size=0
     note "tarball: $out/gpu_engines.tar.gz, $(wc -l <"$work/.packed") files, $size bytes$( [ "$size" -gt 15728640 ] && echo ' (OVER 15 MiB: will not come back)')"
   fi
-  if [ -d "$work/fixtures" ]; then
+  if [ -d "$work/fixtures" ] && [ -n "$(ls -A "$work/fixtures")" ]; then
     mkdir -p "$out/fixtures" && cp "$work"/fixtures/* "$out/fixtures/"
     note "fixtures: $(cd "$work/fixtures" && for f in *; do printf '%s (%s bytes) ' "$f" "$(stat -c %s "$f")"; done)"
   fi
-  rm -rf "$work"
+  rm -rf "$work" || true
 }
 trap finish EXIT
 
@@ -57,11 +58,12 @@ note "== machine"
 nvidia-smi --query-gpu=index,name,pci.bus_id,clocks.max.sm,clocks.max.memory,power.limit --format=csv 2>&1 | tee -a "$summary"
 $py -c 'import torch, sys; print("python", sys.version.split()[0], "torch", torch.__version__)' 2>&1 | tee -a "$summary"
 $py -c 'import pynvml' 2>/dev/null || note "WARNING: pynvml missing: no NVML samples (rows say so)"
-ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ') || true  # grep -c: 0 and exit 1 when none
 note "GPUs: $ngpu"
 # Fixture names: gpu_engine_h200x2.stdout, gpu_engine_h100x1.stdout, ... (model from the GPU's name)
+# No model in the name (grep finds nothing): the tag falls back to "gpu".
 model=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | tr 'A-Z' 'a-z' \
-  | grep -oE '\b[a-z][0-9]{2,4}\b' | head -1)
+  | grep -oE '\b[a-z][0-9]{2,4}\b' | head -1) || true
 tag=${model:-gpu}x$ngpu
 mkdir -p "$work/fixtures"
 
@@ -87,18 +89,20 @@ else
 fi
 # the engine's raw output, for tests/fixtures/bench (parallel as verify runs it, then one GPU at a time)
 for mode in parallel serial; do
-  extra=(); [ "$mode" = serial ] && extra=(--serial)
+  extra=(); rc=0
+  if [ "$mode" = serial ]; then extra=(--serial); fi
+  # Its exit status is shown; the payload check below judges what it printed.
   CUDA_DEVICE_ORDER=PCI_BUS_ID timeout 300 $py -m verify.bench.gpu_engine --mode quick --seconds 1 --pair-seconds 0.25 \
-    "${extra[@]}" >"$work/engine_quick_$mode.stdout" 2>"$work/engine_quick_$mode.stderr"
-  note "== engine --mode quick ($mode): exit $?"; tee -a "$summary" <"$work/engine_quick_$mode.stderr" | tail -n 8
+    "${extra[@]}" >"$work/engine_quick_$mode.stdout" 2>"$work/engine_quick_$mode.stderr" || rc=$?
+  note "== engine --mode quick ($mode): exit $rc"; tee -a "$summary" <"$work/engine_quick_$mode.stderr" | tail -n 8
 done
 cp "$work/engine_quick_parallel.stdout" "$work/fixtures/gpu_engine_$tag.stdout"
 cp "$work/engine_quick_serial.stdout" "$work/fixtures/gpu_engine_${tag}_serial.stdout"
 $py - "$work/engine_quick_parallel.stdout" "$work/engine_quick_serial.stdout" <<'PY' | tee -a "$summary"
 import sys
-from verify.bench.common import read_result
+from verify.engine import read_result
 par, ser = (read_result(open(p).read()) for p in sys.argv[1:3])
-if not par or not ser:
+if not par or not ser or not par.get("per_gpu") or not ser.get("per_gpu"):
     print("CHECK FAIL engine payloads for parallel and serial"); sys.exit(0)
 serial = {r["index"]: r for r in ser["per_gpu"]}
 for row in par["per_gpu"]:
@@ -123,7 +127,7 @@ while time.monotonic() < stop:
 PY
   CUDA_DEVICE_ORDER=PCI_BUS_ID start_competitor 240 "competing matmul"
   run_verify b_competing_matmul --bench gpu
-  kill "$compete" 2>/dev/null; wait "$compete" 2>/dev/null; compete=""
+  stop_competitor
   rows_table b_competing_matmul
   check b_competing_matmul 'any(r["status"] == "FAIL" and "GPU 1" in r["reason"] for k, r in gpu.items() if k.endswith(".gpu1"))' "competing matmul: a GPU 1 row FAILs naming GPU 1"
   check b_competing_matmul 'all(r["status"] in ("PASS", "WARN") for k, r in gpu.items() if k.endswith(".gpu0"))' "competing matmul: GPU 0 rows PASS"
@@ -137,22 +141,24 @@ run_verify c_burn --bench burn --vars "$work/burn30.json"
 rows_table c_burn
 check c_burn 'all(f"bench.gpu_burn.gpu{i}" in rows for i in range('"$ngpu"')) and "bench.gpu_burn.sdc" in rows and "bench.gpu_burn.errors" in rows' "burn: a row per GPU, SDC and errors rows"
 check c_burn 'all(r["status"] == "PASS" for k, r in rows.items() if k.startswith("bench.gpu_burn"))' "burn 30 s runs clean"
+rc=0
 CUDA_DEVICE_ORDER=PCI_BUS_ID timeout 120 $py -m verify.bench.gpu_engine --mode burn --burn-seconds 10 --burn-check-s 3 \
-  >"$work/engine_burn.stdout" 2>"$work/engine_burn.stderr"
-note "== engine --mode burn 10 s: exit $?"
+  >"$work/engine_burn.stdout" 2>"$work/engine_burn.stderr" || rc=$?  # shown; the c_burn checks judge the burn
+note "== engine --mode burn 10 s: exit $rc"
 cp "$work/engine_burn.stdout" "$work/fixtures/gpu_burn_$tag.stdout"
 
 # (d) side by side
 sendrecv=()
 if [ "$ngpu" -ge 2 ] && [ -f .carry/nccl-tests/Makefile ]; then
-  nvcc=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null | head -1)
+  nvcc=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null | head -1) || true  # none: the default below
   cuda_home=$(dirname "$(dirname "${nvcc:-/usr/local/cuda/bin/nvcc}")")
   make -C .carry/nccl-tests -j 16 MPI=0 CUDA_HOME="$cuda_home" NCCL_HOME=/usr BUILDDIR="$work/nccl-tests-build" \
-    >"$work/nccl-tests-build.log" 2>&1
-  [ -x "$work/nccl-tests-build/sendrecv_perf" ] && sendrecv=(--sendrecv "$work/nccl-tests-build/sendrecv_perf")
+    >"$work/nccl-tests-build.log" 2>&1 || true  # a failed build leaves no binary: said below
+  if [ -x "$work/nccl-tests-build/sendrecv_perf" ]; then sendrecv=(--sendrecv "$work/nccl-tests-build/sendrecv_perf"); fi
 fi
-[ ${#sendrecv[@]} -eq 0 ] && note "side by side: no sendrecv_perf (needs 2 GPUs and .carry/nccl-tests)"
+if [ ${#sendrecv[@]} -eq 0 ]; then note "side by side: no sendrecv_perf (needs 2 GPUs and .carry/nccl-tests)"; fi
 note "== d_side_by_side"
 CUDA_DEVICE_ORDER=PCI_BUS_ID timeout 400 $py benchmarks/gpu_engines_side_by_side.py "${sendrecv[@]}" \
-  --json "$work/side_by_side.json" 2>"$work/side_by_side.stderr" | tee -a "$summary"
-rm -rf "$work/nccl-tests-build"/*.o 2>/dev/null
+  --json "$work/side_by_side.json" 2>"$work/side_by_side.stderr" | tee -a "$summary" \
+  || note "CHECK FAIL gpu_engines_side_by_side.py exit $? (side_by_side.stderr)"
+rm -rf "$work/nccl-tests-build"/*.o

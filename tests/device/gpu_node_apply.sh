@@ -2,7 +2,7 @@
 # Apply the roles for real on a GPU node with connection local, twice (the second run must
 # report changed=0), verify before and after, then restore and verify the node is back.
 # Expects .whl/ with ansible-core + its pure-Python needs and collections.tar.gz (carried in).
-set -uo pipefail
+set -euo pipefail
 # Runs as root: every scratch path is a fresh mktemp directory, never a fixed name in /tmp that
 # another user could have made first (their site-packages would then run as root).
 out=${OUT:-$(mktemp -d)}
@@ -13,7 +13,14 @@ ansible_env || exit 3
 playbook=(python3 "$site/bin/ansible-playbook" -i inventory/local -e @tests/device/gpu_node_vars.yml)
 verify=(python3 -m verify verify --local --vars tests/device/gpu_node_vars.yml --profile h200-x2-nvlink --no-bench)
 
-step() { echo "=== $1"; shift; "$@"; echo "=== rc=$?"; }
+# Each step's exit status is the record (verdict_drills.sh counts the rc=0 lines): a step that fails
+# (verify with a FAIL, a play that fails) is shown, and the next step still runs.
+step() {
+  local rc=0
+  echo "=== $1"; shift
+  "$@" || rc=$?
+  echo "=== rc=$rc"
+}
 {
   step "versions" python3 "$site/bin/ansible-playbook" --version
   step "snapshot before" python3 -m tests.helpers.snapshot "$log/gpu_h200" --spec tests/fixtures/node/gpu_machine_desired.json
@@ -28,5 +35,10 @@ step() { echo "=== $1"; shift; "$@"; echo "=== rc=$?"; }
 } 2>&1 | tee "$log/apply.log"
 mkdir -p "$out"
 cp "$log/apply.log" "$out/"
-tar -C "$log" -czf "$out/reports.tar.gz" before after restored gpu_h200 2>/dev/null
-grep -E '^=== |PLAY RECAP|changed=' "$log/apply.log"
+# A step that failed may have left no report directory: pack those that exist.
+packed=()
+for dir in before after restored gpu_h200; do
+  if [ -e "$log/$dir" ]; then packed+=("$dir"); fi
+done
+if [ ${#packed[@]} -gt 0 ]; then tar -C "$log" -czf "$out/reports.tar.gz" "${packed[@]}"; fi
+grep -E '^=== |PLAY RECAP|changed=' "$log/apply.log"  # always matches: every step writes its === lines

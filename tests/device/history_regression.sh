@@ -8,7 +8,7 @@
 #
 # HISTORY_VERIFY_ARGS adds verify options to every run (e.g. "--bench hostcopy" for a shorter proof).
 # Runs verify from this checkout (no install): python3 -m verify.
-set -uo pipefail
+set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 device_workdir history
 history=$work/h.sqlite
@@ -19,7 +19,7 @@ wall=''
 
 note "== machine"
 nvidia-smi --query-gpu=index,name,pci.bus_id --format=csv 2>&1 | tee -a "$summary"
-ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ') || true  # grep -c: 0 and exit 1 when none
 host=$($py -c 'import socket; print(socket.gethostname())')
 note "GPUs: $ngpu, host $host"
 
@@ -33,7 +33,7 @@ check clean3 '"bench.h2d.gpu0" in rows and not any(k.startswith("history.regress
 h2d_competitor
 start_competitor 300 "competing copy"
 run_verify competing4 "${extra[@]}"
-kill "$compete" 2>/dev/null; wait "$compete" 2>/dev/null
+stop_competitor
 
 check competing4 'rows["history.regression.bench.h2d.gpu0"]["status"] == "WARN" or rows["bench.h2d.gpu0"]["status"] == "FAIL"' \
   "run 4 (competing copy): regression WARN or FAIL on bench.h2d.gpu0"
@@ -47,7 +47,7 @@ import json, sys
 for name in ("clean1", "clean2", "clean3", "competing4"):
     try:
         rows = {r["check_id"]: r for r in json.load(open(f"{sys.argv[1]}/{name}/report.json"))["results"]}
-    except OSError:
+    except (OSError, ValueError, KeyError):
         continue
     figures = ", ".join(f"{k} {rows[k]['observed']} {rows[k]['status']}" for k in sorted(rows)
                         if k.startswith(("bench.h2d.", "bench.d2h.", "bench.nccl_allreduce")))
@@ -58,18 +58,24 @@ for name in ("clean1", "clean2", "clean3", "competing4"):
 PY
 
 note "== tunefleet history"
-$py -m verify history --history "$history" --host "$host" --check bench.h2d.gpu0 --check bench.h2d.gpu1 \
-  >"$work/history_table.txt" 2>&1
-cat "$work/history_table.txt" | tee -a "$summary"
-$py -m verify history --history "$history" --host "$host" --format csv --out "$work/history.csv" >/dev/null 2>&1
-$py -m verify history --history "$history" --host "$host" --format html --out "$work/history.html" >/dev/null 2>&1
-$py -m verify history --history "$history" --regressions >"$work/regressions.txt" 2>&1
-cat "$work/regressions.txt" | tee -a "$summary"
-runs=$(grep -c '^20' "$work/history_table.txt")
-[ "$runs" -eq 4 ] && note "CHECK PASS history table shows the 4 runs" || note "CHECK FAIL history table shows $runs runs, not 4"
-grep -q 'bench.h2d.gpu0' "$work/regressions.txt" && note "CHECK PASS history --regressions names bench.h2d.gpu0" \
-  || note "CHECK FAIL history --regressions does not name bench.h2d.gpu0"
-grep -q '<svg' "$work/history.html" 2>/dev/null && note "CHECK PASS history HTML has its trend plots" \
-  || note "CHECK FAIL history HTML has no plot"
+# `history` exits non-zero when it has regressions to show (and on errors): the output and the CHECK
+# lines below judge it, so each exit status is kept in the summary instead of ending the script.
+history_cmd() {  # history_cmd OUTFILE ARGS...: `verify history` with its output in OUTFILE
+  local file=$1 rc=0; shift
+  $py -m verify history --history "$history" "$@" >"$file" 2>&1 || rc=$?
+  note "== history $*: exit $rc"
+}
+history_cmd "$work/history_table.txt" --host "$host" --check bench.h2d.gpu0 --check bench.h2d.gpu1
+tee -a "$summary" <"$work/history_table.txt"
+history_cmd "$work/history_csv.log" --host "$host" --format csv --out "$work/history.csv"
+history_cmd "$work/history_html.log" --host "$host" --format html --out "$work/history.html"
+history_cmd "$work/regressions.txt" --regressions
+tee -a "$summary" <"$work/regressions.txt"
+runs=$(grep -c '^20' "$work/history_table.txt") || true  # grep -c: 0 and exit 1 when none
+if [ "$runs" -eq 4 ]; then note "CHECK PASS history table shows the 4 runs"; else note "CHECK FAIL history table shows $runs runs, not 4"; fi
+if grep -q 'bench.h2d.gpu0' "$work/regressions.txt"; then note "CHECK PASS history --regressions names bench.h2d.gpu0"
+else note "CHECK FAIL history --regressions does not name bench.h2d.gpu0"; fi
+if grep -q '<svg' "$work/history.html" 2>/dev/null; then note "CHECK PASS history HTML has its trend plots"
+else note "CHECK FAIL history HTML has no plot"; fi
 
 pack history_regression

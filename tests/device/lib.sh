@@ -8,6 +8,12 @@
 #
 # Functions: note, run_verify, check (a Python expression over a run's report.json), h2d_competitor,
 # start_competitor, pack. Every verdict is a `CHECK PASS|FAIL` line in $summary.
+#
+# The scripts run under `set -euo pipefail`: a command that may end non-zero on purpose (verify with a
+# FAIL verdict, a drill, a role that refuses, grep finding nothing) says so where it runs
+# (`cmd || rc=$?`, or `|| true` with the reason); anything else stops the script, and the ERR trap
+# below names the line.
+trap 'echo "${0##*/}: line $LINENO: exit $? from: $BASH_COMMAND" >&2' ERR
 
 # NVLink multicast (NVLS) off for NCCL, torch symmetric memory and NVSHMEM; Python output unbuffered.
 device_env() {
@@ -58,12 +64,12 @@ run_verify() {
   local name=$1; shift
   local start end rc
   start=$(date +%s.%N)
-  "${verify[@]}" --out "$work/$name" "$@" >"$work/$name.log" 2>&1
-  rc=$?
+  rc=0
+  # verify exits 1 on a FAIL verdict and 2/3 when it could not judge: the summary and check judge it.
+  "${verify[@]}" --out "$work/$name" "$@" >"$work/$name.log" 2>&1 || rc=$?
   end=$(date +%s.%N)
   note "== $name: exit $rc, $(awk -v a="$start" -v b="$end" 'BEGIN{printf "%.1f", b-a}') s$wall"
-  grep -E "$show" "$work/$name.log" | tee -a "$summary"
-  return 0
+  { grep -E "$show" "$work/$name.log" || true; } | tee -a "$summary"  # no matching line is no error
 }
 
 # check NAME PYTHON-EXPRESSION MESSAGE: judge $work/NAME/report.json. The expression sees rows (check_id ->
@@ -103,18 +109,35 @@ PY
 }
 
 # start_competitor SECONDS WHAT: $work/compete.py in the background ($compete: its pid, log compete.log),
-# waiting up to 60 s for its "running" line; says so in the summary when it did not start.
+# waiting up to 60 s for its "running" line; says so in the summary when it did not start (the run it
+# competes with then shows no effect, and its check FAILs).
 start_competitor() {
   $py "$work/compete.py" "$1" >"$work/compete.log" 2>&1 &
   compete=$!
-  for _ in $(seq 60); do grep -q running "$work/compete.log" && break; kill -0 "$compete" 2>/dev/null || break; sleep 1; done
-  grep -q running "$work/compete.log" || { note "$2 did not start:"; tail -3 "$work/compete.log" | tee -a "$summary"; }
+  for _ in $(seq 60); do
+    if grep -q running "$work/compete.log" || ! kill -0 "$compete" 2>/dev/null; then break; fi
+    sleep 1
+  done
+  if ! grep -q running "$work/compete.log"; then
+    note "$2 did not start:"
+    tail -3 "$work/compete.log" | tee -a "$summary"
+  fi
+}
+
+# stop_competitor: end $compete (started by start_competitor) and reap it.
+stop_competitor() {
+  [ -n "${compete:-}" ] || return 0
+  # It may have ended on its own already (kill then fails); reaped, it reports the signal (143).
+  kill "$compete" 2>/dev/null || true
+  wait "$compete" 2>/dev/null || true
+  compete=""
 }
 
 # pack NAME: the CHECK totals, $work as $out/NAME.tar.gz, then every CHECK and == line again.
 pack() {
-  note "== summary: $(grep -c '^CHECK PASS' "$summary") checks passed, $(grep -c '^CHECK FAIL' "$summary") failed"
+  # grep -c prints 0 and exits 1 when nothing matched: the count is what is wanted.
+  note "== summary: $(grep -c '^CHECK PASS' "$summary" || true) checks passed, $(grep -c '^CHECK FAIL' "$summary" || true) failed"
   tar -C "$(dirname "$work")" -czf "$out/$1.tar.gz" "$(basename "$work")"
   echo "packed: $out/$1.tar.gz"
-  grep -E '^(CHECK|==)' "$summary"
+  grep -E '^(CHECK|==)' "$summary"  # always matches: the summary line above starts with ==
 }

@@ -9,7 +9,7 @@
 #       before, after converge and after restore.
 #
 #   bash tests/device/verdict_drills.sh      # writes $OUT/verdict_drills.tar.gz
-set -uo pipefail
+set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 device_workdir verdicts
 verify=($py -m verify verify --local)
@@ -30,9 +30,11 @@ check a_default 'not [k for k, r in rows.items() if k.startswith("health.") and 
 $py -m tests.helpers.drills "$work/drills" | tee -a "$summary"
 for dir in "$work"/drills/*/; do
   name=$(basename "$dir")
+  rc=0
+  # A drill shows a fault: verify exits 1 (a FAIL) on purpose; the judge below reads the exit status.
   "${verify[@]}" --no-bench --no-history --inject "$dir" --format json --quiet --out "$work/drill-$name" \
-    >"$work/drill-$name.log" 2>&1
-  echo "$?" >"$work/drill-$name.rc"
+    >"$work/drill-$name.log" 2>&1 || rc=$?
+  echo "$rc" >"$work/drill-$name.rc"
 done
 $py - "$work" <<'PY' | tee -a "$summary"
 import json, sys
@@ -56,10 +58,14 @@ PY
 
 # (c) the roles: what the node already had above the recommendation must stay
 keys="vm.max_map_count net.ipv4.tcp_rmem net.ipv4.tcp_wmem net.core.rmem_max fs.nr_open"
-note "== sysctl before"; sysctl $keys 2>&1 | tee -a "$summary"
-OUT="$work/apply" bash tests/device/gpu_node_apply.sh >"$work/apply.stdout" 2>&1
-note "== apply: $(grep -cE '^=== rc=0' "$work/apply/apply.log" 2>/dev/null) steps rc=0"
-grep -E '^=== |PLAY RECAP|changed=|max_map_count|tcp_rmem|tcp_wmem' "$work/apply/apply.log" | tee -a "$summary"
-note "== sysctl after restore"; sysctl $keys 2>&1 | tee -a "$summary"
+# sysctl exits non-zero when a key is missing on this kernel; the others are still printed and compared.
+note "== sysctl before"; { sysctl $keys 2>&1 || true; } | tee -a "$summary"
+rc=0
+OUT="$work/apply" bash tests/device/gpu_node_apply.sh >"$work/apply.stdout" 2>&1 || rc=$?
+note "== apply: exit $rc, $(grep -cE '^=== rc=0' "$work/apply/apply.log" 2>/dev/null || true) steps rc=0"
+# No apply.log (the script stopped before its first step): its stdout says why.
+{ grep -E '^=== |PLAY RECAP|changed=|max_map_count|tcp_rmem|tcp_wmem' "$work/apply/apply.log" \
+    || tail -5 "$work/apply.stdout"; } | tee -a "$summary"
+note "== sysctl after restore"; { sysctl $keys 2>&1 || true; } | tee -a "$summary"
 
 pack verdict_drills

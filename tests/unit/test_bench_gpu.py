@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from verify.bench import gpu, gpu_burn, gpu_clocks, gpu_judge
-from verify.bench.common import RESULT_MARKER, read_result
+from verify.engine import RESULT_MARKER, read_result
 from verify.facts import health_smi
 from verify.facts.hardware import MEMO_KEY, GpuLinks, Hardware
 from verify.facts.links import parse_nvlink_status

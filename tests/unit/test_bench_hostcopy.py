@@ -8,7 +8,7 @@ import pytest
 from bench_helpers import fixture, output, scripted_node
 
 from verify.bench import hostcopy
-from verify.bench.common import RESULT_MARKER, read_result
+from verify.engine import RESULT_MARKER, read_result
 from verify.profiles import load_profile, resolve_threshold
 from verify.result import Status
 

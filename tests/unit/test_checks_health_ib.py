@@ -12,6 +12,7 @@ from pathlib import Path
 from tests.helpers.drills import ibstat_to_sysfs
 from tests.helpers.fake_node import FakeTree, desired_state
 from verify.checks import health_ib
+from verify.checks.health_common import remember_previous
 from verify.judging import verdicts
 from verify.result import Status
 
@@ -83,3 +84,26 @@ def test_counters_are_judged_as_the_increase_since_the_last_run(tmp_path):
     delta = {r.check_id: r for r in health_ib.run(desired_state(), node)}["health.ib.mlx5_1/1"]
     assert delta.status is Status.WARN and "symbol_error 2 since the last run (40 since driver load)" in delta.reason
     assert delta.details[verdicts.ACTION_KEY] == verdicts.WATCH
+
+
+def test_a_flap_is_judged_per_minute_a_short_interval_counts_as_one_minute_and_the_key_overrides(tmp_path):
+    tree = ibstat_to_sysfs((PUBLIC / "ibstat_healthy_gpud-a100.txt").read_text(), FakeTree(tmp_path))
+    tree.write("/sys/class/infiniband/mlx5_1/ports/1/counters/link_downed", "3\n")
+    previous = {"health.ib.mlx5_1/1": {"link_downed": 2}}
+
+    def port(spec, read_after_s: float):
+        node = tree.node()
+        remember_previous(node, previous, 1_700_000_000.0, 1_700_000_000.0 + read_after_s)
+        return {r.check_id: r for r in health_ib.run(spec, node)}["health.ib.mlx5_1/1"]
+
+    # 20 s after the last check: one flap is judged as over a minute (1/min), far past one per 6 hours.
+    quick = port(desired_state(), 20)
+    assert quick.status is Status.FAIL and quick.details[verdicts.ACTION_KEY] == verdicts.DRAIN_RMA
+    assert "link_downed 1 in 20 s = 1.0/min (judged over 1 min) (3 since driver load)" in quick.reason
+    # A day later the same flap is 1 in 1440 min: under one per 6 hours, a WARN to watch.
+    day = port(desired_state(), 86_400)
+    assert day.status is Status.WARN and "link_downed 1 in 1440.0 min = 0.00069/min" in day.reason
+    # verify_thresholds' ib_link_downed_per_min: no flap at all is tolerated.
+    spec = desired_state()
+    spec["verify"]["thresholds"] = {"ib_link_downed_per_min": 0}
+    assert port(spec, 86_400).status is Status.FAIL

@@ -8,6 +8,7 @@ from pathlib import Path
 from tests.helpers.fake_node import FakeTree, desired_state
 from tests.helpers.replay import ReplayRunner
 from verify.checks import health_nvlink
+from verify.checks.health_common import COUNTERS_AT, PREVIOUS_COUNTERS_AT
 from verify.facts import links
 from verify.judging import verdicts
 from verify.result import Status
@@ -132,3 +133,24 @@ def test_gpu_names_and_all_inactive_blocks_parse_from_the_real_outputs():
         3: "Tesla V100-SXM2-32GB"}
     assert links.parse_nvlink_all_inactive(public("nvlink-s_faulty_azurehpc-hc-a100-all-inactive.txt")) == {6}
     assert links.parse_nvlink_all_inactive(H200_S) == set()
+
+
+def test_with_the_time_of_the_last_reading_the_increase_is_judged_per_minute_against_the_set_thresholds(tmp_path):
+    # Link 4 CRC 247 -> 250 read two minutes apart: 1.5 a minute. Under DCGM's default (100 a second) a WARN;
+    # with verify_thresholds' nvlink_crc_errors_per_min at 1 a FAIL. Link 5 replay 0 -> 0: no finding.
+    errors = H200_E.replace("Link 4: CRC Errors: 0", "Link 4: CRC Errors: 250", 1)
+    previous = {"health.nvlink.0": {"4": {"CRC Errors": 247}, "5": {"Replay Errors": 0}}}
+    memo = {health_nvlink.PREVIOUS_COUNTERS: previous, PREVIOUS_COUNTERS_AT: 1_000_000.0, COUNTERS_AT: 1_000_120.0}
+    default = health_nvlink.run(spec_with(), node_answering(tmp_path / "a", H200_S, errors, memo))[0]
+    assert default.status is Status.WARN and default.details[verdicts.ACTION_KEY] == verdicts.RESET_GPU
+    assert "link 4 CRC Errors 3 in 2.0 min = 1.5/min (250 since driver load)" in default.reason
+    assert "link 5" not in default.reason and default.details["errors_per_min"]["5"]["Replay Errors"] == 0
+    assert default.details["thresholds"]["crc_errors_per_min"]["source"].startswith("derived: DCGM")
+    strict = health_nvlink.run(spec_with(nvlink_crc_errors_per_min=1),
+                               node_answering(tmp_path / "b", H200_S, errors, memo))[0]
+    assert strict.status is Status.FAIL and strict.details[verdicts.ACTION_KEY] == verdicts.REBOOT
+    assert strict.details["thresholds"]["crc_errors_per_min"]["source"] == "verify_thresholds (override)"
+    # A clock that went backwards gives no interval: the increase is judged as a count, as without a time.
+    backwards = dict(memo, **{COUNTERS_AT: 999_000.0})
+    count = health_nvlink.run(spec_with(), node_answering(tmp_path / "c", H200_S, errors, backwards))[0]
+    assert "link 4 CRC Errors 3 since the last run (250 since driver load)" in count.reason

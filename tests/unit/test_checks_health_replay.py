@@ -23,7 +23,8 @@ HEALTH = Path(__file__).resolve().parents[1] / "fixtures" / "node" / "health"
 MACHINES = ("h100x1", "h200x2")
 # Health checks registered after the machines were captured (their results are not in health_checks.json):
 # the replay compares the recorded ones; each added check has its own tests on these captures.
-ADDED_AFTER_CAPTURE = {"health.fabric": "issue 31 (tests/unit/test_fabric_checks.py)"}
+ADDED_AFTER_CAPTURE = {"health.fabric": "issue 31 (tests/unit/test_fabric_checks.py)",
+                       "health.p2p": "issue 31 (tests/unit/test_peer_access.py)"}
 HEALTH_CHECKS = [name for name in REGISTRY if name.startswith("health") and name not in ADDED_AFTER_CAPTURE]
 
 
@@ -174,7 +175,7 @@ def test_the_whole_config_suite_replayed_on_the_h200_capture(tmp_path, monkeypat
     # the capture has no /proc/sys or /etc: those checks may ERROR on missing keys, but none may crash
     assert not [r.reason for r in results if "traceback" in r.details]
     health = [(r.check_id, r.status.value) for r in results
-              if r.role == "health" and not r.check_id.startswith(("health.fabric", "health.gpu.fabric"))]
+              if r.role == "health" and not r.check_id.startswith(("health.gpu.fabric", *ADDED_AFTER_CAPTURE))]
     assert health == [(r["check_id"], r["status"]) for r in recorded("h200x2")["auto"]]
     # every health command the capture holds was answered from it, each once
     answered = [call for call in runner.calls if call in runner.answers]

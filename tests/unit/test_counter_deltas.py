@@ -1,9 +1,10 @@
-"""Issue 26 item 3, counters: NVLink and IB error counters are judged as their increase since the node's last
-recorded run, with the count since driver load beside it; the first run (or one after a driver reload, or
-without a history) judges the count since driver load. Through the whole `tunefleet verify --local --root TREE
---inject DIR` (tests/helpers/drills.py: the real H100 capture), twice, with the real 2x H200 machine's
-`nvidia-smi nvlink -s` / `-e` for GPU 0 and its CRC / replay counts raised between the runs, as the drills
-plant a fault into a real output."""
+"""Issue 26 item 3 and issue 29 item 2, counters as rates: NVLink and IB error counters are judged as their
+increase per minute since the node's last recorded run (the history keeps the run's start, which stands for
+when its counters were read), with the count since driver load beside it; the first run (or one after a driver
+reload, or without a history) judges the count since driver load. Through the whole `tunefleet verify --local
+--root TREE --inject DIR` (tests/helpers/drills.py: the real H100 capture), at known times, with the real 2x
+H200 machine's `nvidia-smi nvlink -s` / `-e` for GPU 0 and its CRC / replay counts raised between the runs, as
+the drills plant a fault into a real output."""
 from __future__ import annotations
 
 import json
@@ -14,15 +15,23 @@ import pytest
 
 from tests.helpers import drills
 from tests.helpers.fake_node import FakeTree
+from verify import local_run
 from verify.checks import health_ib
+from verify.checks.health_common import remember_previous
 from verify.cli import main
-from verify.history.record import counters_of, previous_counters
+from verify.history.record import counters_of, previous_counters, previous_reading
 from verify.history.store import RunRecord, open_store
 from verify.node import Node
 from verify.result import CheckResult, Status
 
 H200 = drills.HEALTH / "h200x2" / "cmd"
 NVLINK_ROW = "health.nvlink.0"
+T0 = "2026-11-22T08:00:00+00:00"  # the first run's start; the later runs start minutes after it
+
+
+def at(monkeypatch, stamp: str) -> None:
+    """The run starts at stamp (the clock verify.local_run stamps its report and history row with)."""
+    monkeypatch.setattr(local_run, "utc_now", lambda: stamp)
 
 
 def gpu0(name: str) -> str:
@@ -52,41 +61,72 @@ def verify_run(tmp_path, name: str, counts: dict, history: list) -> tuple:
     return code, report, rows[NVLINK_ROW], (out / "report.md").read_text()
 
 
-def test_the_second_run_judges_the_increase_and_shows_the_count_since_driver_load(tmp_path):
+def test_the_second_run_judges_the_increase_per_minute_and_shows_the_count_since_driver_load(tmp_path,
+                                                                                            monkeypatch):
     history = ["--history", str(tmp_path / "h.sqlite")]
     # First run: no earlier reading, so the counts since driver load are judged (any error WARNs, >100 FAILs).
+    at(monkeypatch, T0)
     _, first, row, _ = verify_run(tmp_path, "first", {(0, "CRC Errors"): 40, (1, "Replay Errors"): 7}, history)
     assert row["status"] == "WARN", row["reason"]
-    assert "link 0 CRC Errors 40" in row["reason"] and "link 1 Replay Errors 7" in row["reason"]
-    assert "since the last run" not in row["reason"] and "errors_since_last_run" not in row["details"]
+    assert "link 0 CRC Errors 40 since driver load" in row["reason"]
+    assert "link 1 Replay Errors 7 since driver load" in row["reason"]
+    assert "errors_since_last_run" not in row["details"] and "errors_per_min" not in row["details"]
 
-    # Second run: CRC 40 -> 130 is 90 new errors (a WARN; 130 since driver load would FAIL); replay unchanged.
+    # Three minutes later: CRC 40 -> 130 is 90 new errors, 30 a minute: a WARN under DCGM's 100 a second (130
+    # since driver load alone would FAIL); the replay count is unchanged, so nothing is said of link 1.
+    at(monkeypatch, "2026-11-22T08:03:00+00:00")
     _, second, row, markdown = verify_run(tmp_path, "second", {(0, "CRC Errors"): 130, (1, "Replay Errors"): 7},
                                           history)
     assert row["status"] == "WARN", row["reason"]
-    assert "link 0 CRC Errors 90 since the last run (130 since driver load)" in row["reason"]
-    assert "link 1" not in row["reason"]  # 7 then 7: nothing new
+    assert "link 0 CRC Errors 90 in 3.0 min = 30.0/min (130 since driver load)" in row["reason"]
+    assert "link 1" not in row["reason"]
     assert row["details"]["errors_since_last_run"]["0"]["CRC Errors"] == 90
-    assert row["details"]["errors"]["0"]["CRC Errors"] == 130
-    assert "90 since the last run (130 since driver load)" in markdown
+    assert row["details"]["errors_per_min"]["0"]["CRC Errors"] == 30.0
+    assert row["details"]["errors_interval_min"] == 3.0 and row["details"]["errors"]["0"]["CRC Errors"] == 130
+    assert "90 in 3.0 min = 30.0/min (130 since driver load)" in markdown
     assert not [r for r in second["results"] if r["check_id"].startswith("history.")]  # nothing damaged
 
-    # Third run: the counts went down (the driver was reloaded): judged whole again, since driver load.
+    # The counts went down (the driver was reloaded): judged whole again, since driver load.
+    at(monkeypatch, "2026-11-22T08:10:00+00:00")
     _, _, row, _ = verify_run(tmp_path, "third", {(0, "CRC Errors"): 5}, history)
-    assert row["status"] == "WARN" and "link 0 CRC Errors 5" in row["reason"]
-    assert "since the last run" not in row["reason"]
+    assert row["status"] == "WARN" and "link 0 CRC Errors 5 since driver load" in row["reason"]
+    assert " in " not in row["reason"].split("errors: ", 1)[1]
 
 
-def test_the_increase_past_the_ceiling_fails_and_no_history_judges_since_driver_load(tmp_path):
+def test_a_replay_error_in_the_interval_fails_and_no_history_judges_since_driver_load(tmp_path, monkeypatch):
     history = ["--history", str(tmp_path / "h.sqlite")]
-    verify_run(tmp_path, "first", {(2, "CRC Errors"): 3}, history)
-    code, _, row, _ = verify_run(tmp_path, "second", {(2, "CRC Errors"): 250}, history)
+    at(monkeypatch, T0)
+    verify_run(tmp_path, "first", {(2, "CRC Errors"): 3, (2, "Replay Errors"): 0}, history)
+    # Ten minutes later: 2 replay errors (critical in DCGM's NVLink health watch at any rate) and 12,000 CRC
+    # errors (1,200 a minute, well under DCGM's 100 a second: a WARN beside the FAIL).
+    at(monkeypatch, "2026-11-22T08:10:00+00:00")
+    code, _, row, _ = verify_run(tmp_path, "second", {(2, "CRC Errors"): 12_003, (2, "Replay Errors"): 2}, history)
     assert code == 1 and row["status"] == "FAIL" and row["details"]["action"] == "reboot"
-    assert "link 2 CRC Errors 247 since the last run (250 since driver load)" in row["reason"]
-    # --no-history: no earlier reading is known, whatever the history holds.
+    assert "link 2 Replay Errors 2 in 10.0 min = 0.2/min (2 since driver load)" in row["reason"]
+    assert "link 2 CRC Errors 12000 in 10.0 min = 1200.0/min (12003 since driver load)" in row["reason"]
+    assert row["details"]["thresholds"]["crc_errors_per_min"]["limit"] == 6000.0
+    # CRC errors past 100 a second FAIL alone.
+    at(monkeypatch, "2026-11-22T08:11:00+00:00")
+    _, _, row, _ = verify_run(tmp_path, "third", {(2, "CRC Errors"): 20_003, (2, "Replay Errors"): 2}, history)
+    assert row["status"] == "FAIL" and "CRC Errors 8000 in 1.0 min = 8000.0/min" in row["reason"]
+    # --no-history: no earlier reading is known, whatever the history holds: the ceiling since driver load.
     _, _, row, _ = verify_run(tmp_path, "unrecorded", {(2, "CRC Errors"): 251}, ["--no-history"])
-    assert row["status"] == "FAIL" and "link 2 CRC Errors 251" in row["reason"]
-    assert "since the last run" not in row["reason"]
+    assert row["status"] == "FAIL" and "link 2 CRC Errors 251 since driver load" in row["reason"]
+    assert "/min" not in row["reason"]
+
+
+def test_a_run_start_that_is_not_a_time_judges_the_increase_as_a_count(tmp_path, monkeypatch):
+    path = tmp_path / "h.sqlite"
+    at(monkeypatch, T0)
+    verify_run(tmp_path, "first", {(0, "CRC Errors"): 40}, ["--history", str(path)])
+    db = sqlite3.connect(path)
+    with db:
+        db.execute("UPDATE runs SET started_at = 'yesterday'")
+    db.close()
+    _, report, row, _ = verify_run(tmp_path, "second", {(0, "CRC Errors"): 43}, ["--history", str(path)])
+    assert row["status"] == "WARN" and "link 0 CRC Errors 3 since the last run (43 since driver load)" in row["reason"]
+    (damaged,) = [r for r in report["results"] if r["check_id"] == "history.damaged"]
+    assert "'yesterday' is not an ISO time" in damaged["reason"]
 
 
 @pytest.mark.parametrize("body", ["not json", '{"0": 5}', '{"0": {"CRC Errors": -1}}', '[1, 2]',
@@ -124,35 +164,49 @@ def test_a_history_whose_counters_cannot_be_read_costs_the_history_only(tmp_path
 # ---- InfiniBand: the real check's details, kept and given back ------------------------------------
 
 
-def ib_tree(tmp_path, symbol_errors: int) -> Node:
+def ib_tree(tmp_path, symbol_errors: int, flaps: int = 0) -> Node:
     """The ConnectX-7 ports of the real H100 RoCE ibstat (leptonai/gpud testdata) with one port's symbol
-    error counter as the kernel exposes it (drivers/infiniband/core/sysfs.c, one number per file)."""
+    error and link_downed counters as the kernel exposes them (drivers/infiniband/core/sysfs.c, one number per
+    file)."""
     tree = drills.ibstat_to_sysfs((drills.PUBLIC / "ibstat_healthy_gpud-h100-roce-cx7-all-active.txt").read_text(),
-                                  FakeTree(tmp_path / f"ib{symbol_errors}"))
+                                  FakeTree(tmp_path / f"ib{symbol_errors}-{flaps}"))
     tree.write("/sys/class/infiniband/mlx5_0/ports/1/counters/symbol_error", f"{symbol_errors}\n")
-    tree.write("/sys/class/infiniband/mlx5_0/ports/1/counters/link_downed", "0\n")
+    tree.write("/sys/class/infiniband/mlx5_0/ports/1/counters/link_downed", f"{flaps}\n")
     return Node(root=str(tree.root))
 
 
-def test_ib_counters_are_kept_from_the_check_and_judged_as_the_increase_by_the_next_run(tmp_path):
+def test_ib_counters_are_kept_from_the_check_and_judged_per_minute_by_the_next_run(tmp_path):
     node = ib_tree(tmp_path, 4)
     first = {r.check_id: r for r in health_ib.run({}, node)}["health.ib.mlx5_0/1"]
-    assert first.status is Status.WARN and "symbol_error 4" in first.reason
+    assert first.status is Status.WARN and "symbol_error 4 since driver load" in first.reason
     kept = counters_of(first)
     assert kept == {"symbol_error": 4, "link_downed": 0}
 
     with open_store(str(tmp_path / "h.sqlite")) as store:
-        store.record(RunRecord("gpu-07", "2026-11-22T00:00:00+00:00", "local", "r1", "WARN", 0, [], {},
-                               counters={first.check_id: kept}))
-        previous = previous_counters(store, "gpu-07")
-        assert store.warnings == []
+        store.record(RunRecord("gpu-07", T0, "local", "r1", "WARN", 0, [], {}, counters={first.check_id: kept}))
+        previous, read_at = previous_reading(store, "gpu-07")
+        assert previous_counters(store, "gpu-07") == previous and store.warnings == []
     assert previous == {"health.ib.mlx5_0/1": {"symbol_error": 4, "link_downed": 0}}
+    assert read_at == 1_795_334_400.0  # 2026-11-22T08:00:00Z
 
-    node = ib_tree(tmp_path, 9)
-    node.memo["previous_counters"] = previous
+    # 12 more symbol errors and one flap, read 3 minutes after the kept reading: 4 a minute is past IBTA's 2,
+    # and a flap in less than 6 hours FAILs; the action is the cable's.
+    node = ib_tree(tmp_path, 16, flaps=1)
+    remember_previous(node, previous, read_at, read_at + 180)
     second = {r.check_id: r for r in health_ib.run({}, node)}["health.ib.mlx5_0/1"]
-    assert second.status is Status.WARN and "symbol_error 5 since the last run (9 since driver load)" in second.reason
-    assert second.details["counters_since_driver_load"] == {"symbol_error": 9, "link_downed": 0}
+    assert second.status is Status.FAIL and second.details["action"] == "drain-rma"
+    assert "symbol_error 12 in 3.0 min = 4.0/min (16 since driver load)" in second.reason
+    assert "link_downed 1 in 3.0 min = 0.3/min (1 since driver load)" in second.reason
+    assert second.details["counters_since_driver_load"] == {"symbol_error": 16, "link_downed": 1}
+    assert second.details["counters_per_min"] == {"symbol_error": 4.0, "link_downed": 0.3333}
+    assert second.expected.endswith("errors <= 2/min, flaps <= 0.00278/min")
+
+    # The same 12 errors spread over an hour are 0.2 a minute: a WARN to watch, not a drain.
+    node = ib_tree(tmp_path, 16)
+    remember_previous(node, previous, read_at, read_at + 3600)
+    later = {r.check_id: r for r in health_ib.run({}, node)}["health.ib.mlx5_0/1"]
+    assert later.status is Status.WARN and later.details["action"] == "watch"
+    assert "symbol_error 12 in 60.0 min = 0.2/min (16 since driver load)" in later.reason
 
 
 def test_counters_of_keeps_only_whole_counts_of_checks_that_carry_them():

@@ -1,4 +1,4 @@
-"""Engine payloads are checked where they enter verify (issue 27 item 2, verify.bench.common.checked_payload):
+"""Engine payloads are checked where they enter verify (issue 27 item 2, verify.engine.checked_payload):
 a malformed payload is one ERROR naming the field, the well-formed rows of it are still judged, and an
 engine's garbage figure ends as an ERROR row and exit status EXIT_COULD_NOT_CHECK through the real CLI.
 
@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from verify import cli
 from verify.bench import cli as bench_cli
 from verify.bench import cufile_read, gpu_engine, hostcopy, nccl, odirect_read, storage, torch_allreduce
-from verify.bench.common import RESULT_MARKER, checked_payload, read_result, schema_problems
 from verify.bench.odirect_read import make_file
+from verify.engine import RESULT_MARKER, checked_payload, read_result, schema_problems
 from verify.result import EXIT_COULD_NOT_CHECK, Status
 
 JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=6),
@@ -166,7 +166,7 @@ def _gpu_run(tmp_path, monkeypatch, payload_text: str):
 
 
 def test_a_gpu_payload_of_the_wrong_shape_is_one_error_naming_the_field(tmp_path, monkeypatch):
-    from verify.bench.common import RESULT_MARKER
+    from verify.engine import RESULT_MARKER
 
     rows = _gpu_run(tmp_path, monkeypatch, RESULT_MARKER + json.dumps(["not", "an", "object"]) + "\n")
     assert [(r.check_id, r.status) for r in rows] == [("bench.gpu", Status.ERROR)]

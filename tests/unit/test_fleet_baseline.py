@@ -21,7 +21,7 @@ from bench_helpers import NODE_FIXTURES, fixture, output, scripted_node
 
 from verify import cli
 from verify.bench import gpu
-from verify.bench.common import RESULT_MARKER, read_result
+from verify.engine import RESULT_MARKER, read_result
 from verify.facts.hardware import MEMO_KEY, GpuLinks, Hardware
 from verify.fleet import baseline
 from verify.fleet.baseline_rules import DEFAULT_RULES, RulesError, load_rules

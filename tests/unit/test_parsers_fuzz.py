@@ -38,6 +38,7 @@ from plugins import load_plugin  # noqa: E402
 from verify import (  # noqa: E402
     bounded_load,
     desired,
+    engine,
     node,
     pci_config,  # noqa: E402
     profiles,
@@ -45,7 +46,17 @@ from verify import (  # noqa: E402
 from verify.bench import common, dcgm_parse, gds_parse, nccl_parse, perftest, perftest_parse  # noqa: E402
 from verify.checks import common as checks_common  # noqa: E402
 from verify.checks import conflicts, ethtool_params, limits, nccl_conf, path_mtu, peermem  # noqa: E402
-from verify.facts import fabric, gpu_query, health_smi, kernel_log, links, node_facts, pci_path, versions  # noqa: E402
+from verify.facts import (  # noqa: E402
+    fabric,
+    gpu_query,
+    health_smi,
+    kernel_log,
+    links,
+    node_facts,
+    pci_path,
+    peer_access,
+    versions,
+)
 from verify.fleet import baseline, baseline_rules, model  # noqa: E402
 from verify.history import drain  # noqa: E402
 from verify.judging import thresholds  # noqa: E402
@@ -241,7 +252,7 @@ PARSERS = [
     Parser("verify.facts.links:parse_bandwidth_notices", lambda d: links.parse_bandwidth_notices(text(d)), (),
            _fixture("node/health/public/kernel-log_faulty_linux-surface374-pcie-bw-limited-gpu-x4.txt",
                     "node/health/public/kernel-log_faulty_l2fwd-nv6-pcie-bw-limited-mlx5-x8.txt")),
-    Parser("verify.bench.common:read_result", lambda d: common.read_result(text(d)), (),
+    Parser("verify.engine:read_result", lambda d: engine.read_result(text(d)), (),
            _fixture("bench/h200x2_hostcopy.stdout", "bench/h200x2_odirect_qd1.stdout")),
     Parser("verify.bench.common:parse_size", lambda d: common.parse_size(text(d)), (ValueError,),
            [b"4096", b"1M", b"4G", b"512MiB"]),
@@ -325,6 +336,11 @@ PARSERS = [
            _fixture("node/pcie/h100sxm8-nvidia-smi-q.txt", "node/pcie/a100sxm-fabric-in-progress.txt")),
     Parser("verify.facts.fabric:parse_manager_version", lambda d: fabric.parse_manager_version(text(d)), (),
            [b"Fabric Manager version is : 535.129.03\n"]),
+    Parser("verify.facts.peer_access:parse_peer_result", lambda d: peer_access.parse_peer_result(text(d), {}), (),
+           _fixture("node/peer_access/h100x1-engine.stdout", "node/peer_access/cpu-no-cuda.stdout")),
+    Parser("verify.facts.peer_access:parse_topo_gpu_links", lambda d: peer_access.parse_topo_gpu_links(text(d)),
+           (peer_access.TopoParseError,),
+           _fixture("node/health/h200x2/cmd/topo-m.stdout", "node/peer_access/h100x1-topo-m.stdout")),
     Parser("verify.facts.pci_path:parse_acs", lambda d: pci_path.parse_acs(d), (pci_config.PciConfigError,),
            [bytes(4096), bytes(256)]),
     Parser("verify.facts.pci_path:parse_cmdline", lambda d: pci_path.parse_cmdline(text(d)), (),
@@ -453,6 +469,8 @@ EXEMPT = {
     "verify.scheduler.nvml:read_raw": "NVML calls, no text parsed",
     "verify.facts.fabric:read_gpu_fabric": "NVML / nvidia-smi -q; its text goes to parse_smi_fabric (fuzzed)",
     "verify.facts.fabric:read_manager": "systemctl and nv-fabricmanager --version; parse_manager_version is fuzzed",
+    "verify.facts.peer_access:read_peer_access": "runs the engine; its stdout goes to parse_peer_result (fuzzed)",
+    "verify.facts.peer_access:read_gpu_links": "nvidia-smi topo -m; its text goes to parse_topo_gpu_links (fuzzed)",
     "verify.facts.pci_path:read_paths": "sysfs through Node.read_binary; parse_acs is fuzzed",
     "verify.facts.pci_path:read_iommu": "sysfs and /proc/cmdline through the Node; parse_cmdline is fuzzed",
     "plugins.module_utils.pci_config:read_config": "the module's config-space read; walked as parse_acs",

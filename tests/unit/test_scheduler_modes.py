@@ -314,3 +314,46 @@ def test_the_slurm_hook_drains_only_on_a_fail_never_on_bad_options(tmp_path, nam
     assert done.returncode == want
     if want == 0 and rc not in (0, 1):
         assert "not draining" in done.stderr
+
+
+def test_health_judges_ib_counters_per_minute_of_the_interval_since_the_saved_reading(tmp_path):
+    machine = Machine(tmp_path)
+    # The real all-active ConnectX-7 node's ports (leptonai/gpud testdata) on the H100 capture's tree.
+    drills.ibstat_to_sysfs((drills.PUBLIC / "ibstat_healthy_gpud-h100-roce-cx7-all-active.txt").read_text(),
+                           machine.tree)
+    counters = "/sys/class/infiniband/mlx5_0/ports/1/counters"
+
+    def health(now: float, symbol_errors: int, flaps: int, scheduler: Node):
+        machine.tree.write(f"{counters}/symbol_error", f"{symbol_errors}\n")
+        machine.tree.write(f"{counters}/link_downed", f"{flaps}\n")
+        node = machine.node(machine.plant("healthy"))
+        options = Options("health", state_dir=str(machine.state), use_nvml=False, use_kmsg=False,
+                          node_name="tfnode", scheduler="slurm")
+        return run_mode(spec(), node, options, scheduler, now=now)
+
+    start = 1_790_000_000.0
+    first = health(start, 130, 2, slurm())  # counts since driver load only: 130 errors and 2 flaps FAIL
+    assert row(first, "health.ib.mlx5_0/1")["status"] == "FAIL"
+    kept = saved.load(str(machine.state))[0]
+    assert kept.counters["health.ib.mlx5_0/1"] == {"symbol_error": 130, "link_downed": 2}
+    assert kept.counters_at == start
+
+    # An hour later, 12 new symbol errors (0.2 a minute, under IBTA's 2) and no flap: a WARN, not a drain.
+    scheduler = slurm("slurm_show_drained_by_tunefleet", "slurm_resume")
+    quiet = health(start + 3600, 142, 2, scheduler)
+    port = row(quiet, "health.ib.mlx5_0/1")
+    assert port["status"] == "WARN" and quiet.report["run"]["counters_interval_s"] == 3600
+    assert "symbol_error 12 in 60.0 min = 0.2/min (142 since driver load)" in port["reason"]
+    assert "link_downed" not in port["reason"] and port["details"]["counters_per_min"]["link_downed"] == 0
+    assert updates(scheduler) == [["scontrol", "update", "NodeName=tfnode", "State=RESUME"]]
+
+    # Three minutes after that: the same 12 errors are 4 a minute, and a flap: the node is drained for the cable.
+    scheduler = slurm()
+    bad = health(start + 3780, 154, 3, scheduler)
+    port = row(bad, "health.ib.mlx5_0/1")
+    assert port["status"] == "FAIL" and port["details"]["action"] == "drain-rma"
+    assert "symbol_error 12 in 3.0 min = 4.0/min (154 since driver load)" in port["reason"]
+    assert "link_downed 1 in 3.0 min = 0.3/min (3 since driver load)" in port["reason"]
+    (update,) = updates(scheduler)
+    assert update[4].startswith("Reason=tunefleet: drain-rma: health.ib.mlx5_0/1")
+    assert saved.load(str(machine.state))[0].counters_at == start + 3780

@@ -16,7 +16,7 @@ import pytest
 
 from tests.helpers.other_user import UID, needs_root, run_as_other
 from verify import inject, safe_io
-from verify.bench.common import engine_sys_path
+from verify.engine import engine_sys_path
 from verify.safe_io import ACL_XATTR, UnsafePathError, acl_writers
 
 pytestmark = needs_root

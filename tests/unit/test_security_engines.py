@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.other_user import give, needs_root, shared_dir
-from verify.bench.common import ENGINE_CWD, engine_argv, engine_env, engine_sys_path
+from verify.engine import ENGINE_CWD, engine_argv, engine_env, engine_sys_path
 from verify.runner import run_command, which
 
 pytestmark = needs_root

@@ -14,9 +14,10 @@ import re
 import sys
 import time
 
-from verify.bench.common import CANNOT_RUN, NUMBER, ListOf, emit_result, parse_size
+from verify.bench.common import parse_size
+from verify.engine import CANNOT_RUN, NUMBER, ListOf, emit_result
 
-# What a read emits (verify.bench.common.checked_payload checks it where it enters verify).
+# What a read emits (verify.engine.checked_payload checks it where it enters verify).
 PAYLOAD_SCHEMA = {"gbps": NUMBER, "mode": str,
                   "runs": ListOf({"bytes": int, "seconds": NUMBER, "gbps": NUMBER, "mode": str})}
 

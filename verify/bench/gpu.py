@@ -10,19 +10,21 @@ from typing import Optional
 
 from verify.bench import gpu_engine, gpu_judge
 from verify.bench.common import (
-    CANNOT_RUN,
-    ENGINE_CWD,
-    checked_payload,
-    engine_argv,
-    engine_env,
     human_bytes,
     last_line,
     module_available,
     payload_error,
     progress,
-    read_result,
     result,
     tail,
+)
+from verify.engine import (
+    CANNOT_RUN,
+    ENGINE_CWD,
+    checked_payload,
+    engine_argv,
+    engine_env,
+    read_result,
 )
 from verify.profiles import resolve_threshold
 from verify.result import Status

@@ -26,8 +26,9 @@ from dataclasses import dataclass
 from typing import Optional
 
 from verify.bench import gpu_clocks
-from verify.bench.common import ENGINE_CWD, engine_argv, engine_env, module_available, progress, read_result, result
+from verify.bench.common import module_available, progress, result
 from verify.bench.gpu import ENGINE_ENV, engine_failure
+from verify.engine import ENGINE_CWD, engine_argv, engine_env, read_result
 from verify.result import CheckResult, Status
 
 CHECK_ID = "bench.gpu_burn"

@@ -1,7 +1,7 @@
 """Built-in GPU engine: HBM bandwidth, BF16 matmul, GPU-to-GPU copies and the burn, sampled by NVML.
 
 Run as `python3 -m verify.bench.gpu_engine --mode quick|burn`; prints one marked JSON line
-(verify.bench.common.emit_result). One process holds every GPU: per-GPU figures run on all GPUs at
+(verify.engine.emit_result). One process holds every GPU: per-GPU figures run on all GPUs at
 once (one thread and one stream per GPU: the work is queued asynchronously and timed by CUDA events
 on each GPU, so a thread waiting for the GIL never shows in a figure), pairs one after the other.
 An NVML thread samples clocks, temperature, power and clock event reasons of every GPU meanwhile;
@@ -22,10 +22,11 @@ import sys
 import threading
 import time
 
-from verify.bench.common import CANNOT_RUN, NUMBER, ListOf, Maybe, emit_result, parse_size
+from verify.bench.common import parse_size
 from verify.bench.gpu_clocks import summarise
+from verify.engine import CANNOT_RUN, NUMBER, ListOf, Maybe, emit_result
 
-# What the engine emits (verify.bench.common.checked_payload checks it where it enters verify): quick
+# What the engine emits (verify.engine.checked_payload checks it where it enters verify): quick
 # mode fills per_gpu/pairs, burn mode fills burn; a malformed per-GPU or pair row is dropped and named.
 PAYLOAD_SCHEMA = {
     "gpus": ListOf({"index": int, "name": str, "capability": Maybe(list), "sm_count": Maybe(int),

@@ -7,14 +7,9 @@ from typing import Optional
 from verify.bench import torch_hostcopy
 from verify.bench.common import (
     BROKEN_REMEDIATION,
-    CANNOT_RUN,
-    ENGINE_CWD,
     Threshold,
     Try,
     broken_measurement,
-    checked_payload,
-    engine_argv,
-    engine_env,
     figure_text,
     judged,
     last_line,
@@ -22,11 +17,18 @@ from verify.bench.common import (
     parse_size,
     payload_error,
     progress,
-    read_result,
     recorded_only,
     result,
     tail,
     with_retries,
+)
+from verify.engine import (
+    CANNOT_RUN,
+    ENGINE_CWD,
+    checked_payload,
+    engine_argv,
+    engine_env,
+    read_result,
 )
 from verify.judging import peaks
 from verify.profiles import bench_setting, resolve_threshold

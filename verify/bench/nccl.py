@@ -15,13 +15,9 @@ from typing import Optional
 
 from verify.bench import torch_allreduce
 from verify.bench.common import (
-    ENGINE_CWD,
     Threshold,
     Try,
     broken_measurement,
-    checked_payload,
-    engine_argv,
-    engine_env,
     figure_text,
     human_bytes,
     judged,
@@ -30,12 +26,12 @@ from verify.bench.common import (
     parse_size,
     payload_error,
     progress,
-    read_result,
     result,
     tail,
     with_retries,
 )
 from verify.bench.nccl_parse import CurvePoint, NcclParseError, NcclTransport, parse_nccl_debug, parse_nccl_tests
+from verify.engine import ENGINE_CWD, checked_payload, engine_argv, engine_env, read_result
 from verify.judging import peaks
 from verify.profiles import bench_setting, resolve_threshold
 from verify.result import CheckResult, Status

@@ -14,9 +14,10 @@ import sys
 import threading
 import time
 
-from verify.bench.common import NUMBER, ListOf, emit_result, parse_size
+from verify.bench.common import parse_size
+from verify.engine import NUMBER, ListOf, emit_result
 
-# What a read emits (verify.bench.common.checked_payload checks it where it enters verify).
+# What a read emits (verify.engine.checked_payload checks it where it enters verify).
 PAYLOAD_SCHEMA = {"gbps": NUMBER, "runs": ListOf({"bytes": int, "seconds": NUMBER, "gbps": NUMBER})}
 
 

@@ -21,14 +21,9 @@ from dataclasses import dataclass
 from typing import Optional
 
 from verify.bench.common import (
-    CANNOT_RUN,
-    ENGINE_CWD,
     Threshold,
     Try,
     broken_measurement,
-    checked_payload,
-    engine_argv,
-    engine_env,
     figure_text,
     human_bytes,
     judged,
@@ -36,7 +31,6 @@ from verify.bench.common import (
     parse_size,
     payload_error,
     progress,
-    read_result,
     recorded_only,
     result,
     tail,
@@ -45,6 +39,14 @@ from verify.bench.common import (
 from verify.bench.cufile_read import PAYLOAD_SCHEMA as CUFILE_SCHEMA
 from verify.bench.gds_parse import GdsParseError, parse_gdscheck, parse_gdsio
 from verify.bench.odirect_read import PAYLOAD_SCHEMA as ODIRECT_SCHEMA
+from verify.engine import (
+    CANNOT_RUN,
+    ENGINE_CWD,
+    checked_payload,
+    engine_argv,
+    engine_env,
+    read_result,
+)
 from verify.interrupt import deferred
 from verify.judging import peaks
 from verify.profiles import bench_setting, resolve_threshold

@@ -13,9 +13,11 @@ it) and link layer. Within a group:
   is not flagged); the profile rate (`ib_port_rate_gbps`) raises the bar of the node's fastest group only.
 - a group with no Active port at all: Disabled is SKIP (not in use); otherwise FAIL where RDMA is expected
   (`gpu.rdma_expected` or a profile rate), else WARN.
-Error counters are judged per port against a ceiling: as the increase since the last run where
-node.memo["previous_counters"] gives it (key "health.ib.<dev>/<port>": {counter: count}), else since the
-driver loaded.
+Error counters are judged per port as a rate: the increase since the last check per minute of the interval
+(node.memo["previous_counters"], key "health.ib.<dev>/<port>": {counter: count}, and when it was read:
+health_common.remember_previous) against `ib_port_errors_per_min`, link flaps (`link_downed`) against
+`ib_link_downed_per_min`; with no earlier reading (or after a driver reload: a count went down) the count
+since the driver loaded against the ceiling `ib_port_error_count`.
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ import re
 from typing import Optional
 
 from verify.checks.common import result, skip
-from verify.checks.health_common import PREVIOUS_COUNTERS, ROLE, threshold
+from verify.checks.health_common import PREVIOUS_COUNTERS, ROLE, interval_min, judge_counter, threshold
 from verify.judging import verdicts
 from verify.judging.thresholds import Threshold
 from verify.node import Node
@@ -36,6 +38,20 @@ COUNTERS = ("symbol_error", "link_downed", "port_rcv_errors", "link_error_recove
 DERIVED_ERRORS = Threshold(limit=10, warn=0, kind="max", source=(
     "derived: rdma-core ibqueryerrors(8) example error_thresholds (SymbolErrorCounter=10, "
     "LinkErrorRecoveryCounter=10); any error is a WARN"))
+# Per minute of the interval since the last check (health_common.judge_counter). A compliant link (BER better
+# than 10^-12) shows at most 120 symbol errors an hour (IBTA, as Oracle's "Determine Which Links Are
+# Experiencing Significant Errors" cites it; NVSentinel's NIC health monitor design takes the same bound as
+# its predictor of link failure): above 2 a minute FAIL, any error in the interval a WARN.
+DERIVED_ERRORS_PER_MIN = Threshold(limit=2.0, warn=0, kind="max", source=(
+    "derived: IBTA's 120 symbol errors per hour (BER 10^-12), 2 per minute; any error is a WARN"))
+# A flap (link_downed + 1) breaks the queue pairs of every job on the port: NVSentinel's NIC health monitor
+# makes any increase fatal, Azure's HPC health checks fail a node with an IB link flap in the last 6 hours.
+# As a rate: more than one flap per 6 hours FAILs (so one flap in a shorter interval does), one flap in a
+# longer interval is a WARN.
+DERIVED_FLAPS_PER_MIN = Threshold(limit=round(1 / 360, 5), warn=0, kind="max", source=(
+    "derived: Azure HPC health checks (no IB link flap in 6 hours) and NVSentinel (any link_downed increase "
+    "fatal): above 1 flap per 6 hours; any flap is a WARN"))
+FLAP_COUNTER = "link_downed"
 RESEAT_CABLE = ("drain the node, reseat or replace the cable / transceiver of {port}, check the switch port; "
                 "RMA the HCA if it stays")
 _RATE = re.compile(r"^\s*([0-9.]+)\s*Gb/sec")
@@ -81,25 +97,29 @@ def _unused(port: dict, unused: list) -> bool:
     return port["port"] in unused or device in unused
 
 
-def _counter_findings(port: dict, ceiling: Threshold, previous: dict) -> tuple:
-    """([(status, text)], {counter: since driver load} where a previous run's reading is known)."""
-    findings, since_load = [], {}
+def _counter_findings(port: dict, rates: dict, ceiling: Threshold, previous: dict, minutes) -> tuple:
+    """([(status, text)], {counter: since driver load}, {counter: per minute}) where a previous reading is
+    known. rates: {"errors": Threshold per minute, "link_downed": the flaps' Threshold per minute}."""
+    findings, since_load, per_min = [], {}, {}
     for counter, count in sorted(port["counters"].items()):
-        before = previous.get(counter)
-        judged = count
-        if isinstance(before, int) and 0 <= before <= count:
-            judged, since_load[counter] = count - before, count
-        status, _ = ceiling.judge(judged)
-        if status is not Status.PASS:
-            tail = f" since the last run ({count} since driver load)" if counter in since_load else ""
-            findings.append((status, f"{counter} {judged}{tail}"))
-    return findings, since_load
+        rate = rates[FLAP_COUNTER] if counter == FLAP_COUNTER else rates["errors"]
+        verdict = judge_counter(counter, count, previous.get(counter), minutes, rate, ceiling)
+        if verdict.increase is not None:
+            since_load[counter] = count
+        if verdict.per_min is not None:
+            per_min[counter] = round(verdict.per_min, 4)
+        if verdict.status is not Status.PASS:
+            findings.append((verdict.status, verdict.text))
+    return findings, since_load, per_min
 
 
 def judge_port(port: dict, rate: Threshold, ceiling: Threshold, strict: bool, group_active: bool = False,
-               unused: bool = False, previous: Optional[dict] = None):
+               unused: bool = False, previous: Optional[dict] = None, minutes: Optional[float] = None,
+               rates: Optional[dict] = None):
     """group_active: a sibling port of the same HCA model and link layer is Active, so this one should be
-    too. strict: RDMA is expected on this node, so a port down in a group with none up is a FAIL."""
+    too. strict: RDMA is expected on this node, so a port down in a group with none up is a FAIL. minutes:
+    since the previous reading (previous), whose increase is judged per minute against rates."""
+    rates = rates or {"errors": DERIVED_ERRORS_PER_MIN, FLAP_COUNTER: DERIVED_FLAPS_PER_MIN}
     check_id = f"health.ib.{port['port']}"
     name = f"port {port['port']} ({port['hca_model']}, {port['link_layer']})"
     if unused:
@@ -117,12 +137,19 @@ def judge_port(port: dict, rate: Threshold, ceiling: Threshold, strict: bool, gr
         status, why = rate.judge(observed_rate)
         if status is not Status.PASS:
             findings.append((Status.FAIL, f"rate {observed_rate:g} Gb/s: {why}"))
-    counted, since_load = _counter_findings(port, ceiling, previous or {})
+    counted, since_load, per_min = _counter_findings(port, rates, ceiling, previous or {}, minutes)
     findings += counted
     details = dict(port, thresholds={"rate": rate.to_dict(), "errors": ceiling.to_dict()})
     if since_load:
         details["counters_since_driver_load"] = since_load
-    expected = f"ACTIVE, LinkUp, {rate.describe()} Gb/s, errors {ceiling.describe()}"
+    if per_min:  # the rate thresholds are shown where they judged something
+        details["counters_per_min"] = per_min
+        details["counters_interval_min"] = round(minutes, 3)
+        details["thresholds"].update(errors_per_min=rates["errors"].to_dict(),
+                                     link_downed_per_min=rates[FLAP_COUNTER].to_dict())
+    errors = (f"errors {rates['errors'].describe()}/min, flaps {rates[FLAP_COUNTER].describe()}/min" if per_min
+              else f"errors {ceiling.describe()}")
+    expected = f"ACTIVE, LinkUp, {rate.describe()} Gb/s, {errors}"
     observed = f"{port['state']}, {port['phys_state']}, {observed_rate if observed_rate is not None else '?'} Gb/s"
     if not findings:
         return result(check_id, ROLE, Status.PASS, expected, observed, details=details)
@@ -160,6 +187,9 @@ def run(spec: dict, node: Node) -> list:
     if not ports:
         return [skip("health.ib", ROLE, "no RDMA device in /sys/class/infiniband")]
     ceiling = threshold("ib_port_error_count", spec, node, DERIVED_ERRORS)
+    rates = {"errors": threshold("ib_port_errors_per_min", spec, node, DERIVED_ERRORS_PER_MIN),
+             FLAP_COUNTER: threshold("ib_link_downed_per_min", spec, node, DERIVED_FLAPS_PER_MIN)}
+    minutes = interval_min(node)
     configured = threshold("ib_port_rate_gbps", spec, node, None)
     strict = configured is not None or bool((spec.get("gpu") or {}).get("rdma_expected"))
     unused = [str(item) for item in ((spec.get("verify") or {}).get("unused_ports") or [])]
@@ -167,5 +197,5 @@ def run(spec: dict, node: Node) -> list:
     bars = group_bars(ports, configured)
     active_groups = {_group(port) for port in ports if _is_active(port) and not _unused(port, unused)}
     return [judge_port(port, bars[_group(port)], ceiling, strict, _group(port) in active_groups,
-                       _unused(port, unused), previous.get(f"health.ib.{port['port']}") or {})
+                       _unused(port, unused), previous.get(f"health.ib.{port['port']}") or {}, minutes, rates)
             for port in ports]

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from verify.checks.common import result, skip
-from verify.checks.health_common import PREVIOUS_COUNTERS, ROLE, threshold
+from verify.checks.health_common import PREVIOUS_COUNTERS, ROLE, interval_min, judge_counter, threshold
 from verify.facts.gpu_query import query_gpus
 from verify.facts.links import parse_nvlink_all_inactive, parse_nvlink_gpu_names
 from verify.facts.pci import driver_reason
@@ -38,10 +38,18 @@ from verify.result import Status
 STATUS_ARGV = ["nvidia-smi", "nvlink", "-s"]
 ERRORS_ARGV = ["nvidia-smi", "nvlink", "-e"]
 JUDGED_COUNTERS = ("crc", "replay", "recovery")
-# Any error is worth a look; a one-shot count since the last reset FAILs only when large, because
-# DCGM's NVLink health watch judges these counters by their rate, which one reading cannot give.
+# With no earlier reading (the first run, or after a counter reset) one count since driver load is all there
+# is: any error is worth a look, and it FAILs only when large.
 DERIVED_ERRORS = Threshold(limit=100, warn=0, kind="max", source=(
     "derived: any CRC/replay/recovery error is a WARN; above 100 since the counters were reset is a FAIL"))
+# With one, the increase per minute of the interval, as DCGM's NVLink health watch judges these counters
+# (DcgmHealthWatch MonitorNVLink, limits in DcgmGpuHardwareLimits.h): CRC errors "only matter at rates of
+# 100+ per second" (DCGM_LIMIT_MAX_NVLINK_CRC_ERROR), below that any CRC error is a warning; any replay or
+# recovery error is critical (DCGM_LIMIT_MAX_NVLINK_ERROR 1, DCGM_FR_NVLINK_ERROR_CRITICAL).
+DERIVED_CRC_PER_MIN = Threshold(limit=6000.0, warn=0, kind="max", source=(
+    "derived: DCGM NVLink health watch, CRC errors FAIL at 100 per second (6000/min); any is a WARN"))
+DERIVED_REPLAY_PER_MIN = Threshold(limit=0.0, kind="max", source=(
+    "derived: DCGM NVLink health watch, any replay or recovery error is critical"))
 _GPU = re.compile(r"^GPU (\d+):")
 _LINK = re.compile(r"^\s*Link (\d+):\s*(.*)$")
 _COUNTER = re.compile(r"^(.*?):\s*(\d+)\s*$")
@@ -93,10 +101,11 @@ def parse_errors(text: str) -> dict:
     return counters
 
 
-# The node's previous readings, put in node.memo by the run that knows them (the history's lifecycle work):
+# The node's previous readings, put in node.memo by the run that knows them (health_common.remember_previous):
 # node.memo["previous_counters"] = {check id: counters as that result's details hold them}, here
-# {"health.nvlink.<gpu>": {"<link>": {"<counter name>": count}}}. With it the counters are judged as the
-# increase since that run; without it (or after a counter reset, when a count went down) since driver load.
+# {"health.nvlink.<gpu>": {"<link>": {"<counter name>": count}}}, and when they were read. With them the
+# counters are judged as the increase per minute since that run; without them (or after a counter reset, when
+# a count went down) as the count since driver load.
 # nvidia-smi prints the link's signalling rate to 3 decimals (26.562 for 26.5625): 1% under the model's
 # printed rate still tells a trained-down link (half rate or less) from rounding.
 SPEED_TOLERANCE = 0.99
@@ -152,25 +161,30 @@ def expectation(spec: dict, node: Node, gpu: int, name: str, links: dict) -> Exp
     return Expectation(want_links, want_speed, model, want_links is not derived_links)
 
 
-def _judged_counters(gpu: int, errors: dict, node: Node) -> tuple:
-    """({link: {name: count judged}}, {link: {name: since driver load}} where a previous run is known)."""
+def _rate_threshold(name: str, rates: dict) -> Threshold:
+    return rates["crc"] if "crc" in name.lower() else rates["replay"]
+
+
+def _judged_counters(gpu: int, errors: dict, node: Node, ceiling: Threshold, rates: dict) -> list:
+    """[(link, counter name, CounterVerdict)] of the CRC / replay / recovery counters, against the previous
+    reading."""
     previous = ((node.memo.get(PREVIOUS_COUNTERS) or {}).get(f"health.nvlink.{gpu}") or {})
-    judged, since_load = {}, {}
-    for link, named in errors.items():
+    minutes = interval_min(node)
+    judged = []
+    for link, named in sorted(errors.items()):
         for name, count in named.items():
             if not any(word in name.lower() for word in JUDGED_COUNTERS):
                 continue
             before = (previous.get(str(link)) or {}).get(name)
-            if isinstance(before, int) and 0 <= before <= count:
-                judged.setdefault(link, {})[name] = count - before
-                since_load.setdefault(link, {})[name] = count
-            else:
-                judged.setdefault(link, {})[name] = count
-    return judged, since_load
+            judged.append((link, name, judge_counter(f"link {link} {name}", count, before, minutes,
+                                                     _rate_threshold(name, rates), ceiling)))
+    return judged
 
 
 def judge_gpu(gpu: int, name: str, links: dict, errors: dict, want: Expectation, ceiling: Threshold,
-              node: Node, all_inactive: bool = False):
+              node: Node, all_inactive: bool = False, rates: Optional[dict] = None):
+    """rates: {"crc": Threshold per minute, "replay": the replay / recovery errors' Threshold per minute}."""
+    rates = rates or {"crc": DERIVED_CRC_PER_MIN, "replay": DERIVED_REPLAY_PER_MIN}
     check_id = f"health.nvlink.{gpu}"
     who = f"GPU {gpu}" + (f" ({name})" if name else "")
     active = {link: speed for link, speed in links.items() if speed is not None}
@@ -199,24 +213,28 @@ def judge_gpu(gpu: int, name: str, links: dict, errors: dict, want: Expectation,
     if slow:
         findings.append((Status.FAIL, link_action, "links below " + f"{want.speed.limit:g} GB/s: "
                          + ", ".join(f"{link} at {speed:g}" for link, speed in sorted(slow.items()))))
-    judged, since_load = _judged_counters(gpu, errors, node)
-    flagged = []
-    for link, named in sorted(judged.items()):
-        for counter, count in named.items():
-            status = ceiling.judge(count)[0]
-            if status is Status.PASS:
-                continue
-            loaded = (since_load.get(link) or {}).get(counter)
-            flagged.append((status, f"link {link} {counter} {count}"
-                            + (f" since the last run ({loaded} since driver load)" if loaded is not None else "")))
+    judged = _judged_counters(gpu, errors, node, ceiling, rates)
+    flagged = [(v.status, v.text) for _, _, v in judged if v.status is not Status.PASS]
     if flagged:
         status = Status.FAIL if any(s is Status.FAIL for s, _ in flagged) else Status.WARN
         # A few errors: reset the GPU when idle and watch (verdicts.RESET_GPU); past the ceiling the link is
         # failing: drain and restart the baseboard (same NVIDIA guidance as a down link).
         action = verdicts.REBOOT if status is Status.FAIL else verdicts.RESET_GPU
         findings.append((status, action, "errors: " + ", ".join(text for _, text in flagged)))
-    if since_load:
-        details["errors_since_last_run"] = {str(k): v for k, v in sorted(judged.items())}
+    since_last: dict = {}
+    per_min: dict = {}
+    for link, name, verdict in judged:
+        if verdict.increase is not None:
+            since_last.setdefault(str(link), {})[name] = verdict.increase
+        if verdict.per_min is not None:
+            per_min.setdefault(str(link), {})[name] = round(verdict.per_min, 4)
+    if since_last:
+        details["errors_since_last_run"] = since_last
+    if per_min:  # the rate thresholds are shown where they judged something
+        details["errors_per_min"] = per_min
+        details["errors_interval_min"] = round(interval_min(node) or 0.0, 3)
+        details["thresholds"].update(crc_errors_per_min=rates["crc"].to_dict(),
+                                     replay_errors_per_min=rates["replay"].to_dict())
     if not findings:
         return result(check_id, ROLE, Status.PASS, expected, observed, details=details)
     status = Status.FAIL if any(f[0] is Status.FAIL for f in findings) else Status.WARN
@@ -256,8 +274,10 @@ def run(spec: dict, node: Node) -> list:
     if not judged:
         return [skip("health.nvlink", ROLE, "no active NVLink on any GPU and no nvlink_links_per_gpu expected")]
     ceiling = threshold("nvlink_error_count", spec, node, DERIVED_ERRORS)
+    rates = {"crc": threshold("nvlink_crc_errors_per_min", spec, node, DERIVED_CRC_PER_MIN),
+             "replay": threshold("nvlink_replay_errors_per_min", spec, node, DERIVED_REPLAY_PER_MIN)}
     any_active = any(s is not None for _, _, per, _ in judged for s in per.values())
     errors_out = node.run(ERRORS_ARGV, timeout_s=20.0) if any_active else None
     errors = parse_errors(errors_out.stdout) if errors_out is not None and errors_out.ok else {}
-    return [judge_gpu(gpu, name, per, errors.get(gpu, {}), want, ceiling, node, gpu in all_inactive)
+    return [judge_gpu(gpu, name, per, errors.get(gpu, {}), want, ceiling, node, gpu in all_inactive, rates)
             for gpu, name, per, want in judged]

@@ -108,8 +108,8 @@ def rail_bound(root: str = "/"):
 
 def measurement_schema() -> dict:
     """What the worker writes (rank 0): the torch engine's rows (verify.bench.torch_allreduce)."""
-    from verify.bench.common import ListOf, Maybe
     from verify.bench.torch_allreduce import ROW_SCHEMA
+    from verify.engine import ListOf, Maybe
 
     return {"world_size": int, "rows": ListOf(ROW_SCHEMA), "backend": Maybe(str), "timing": Maybe(str),
             "sendrecv_rows": Maybe(ListOf(ROW_SCHEMA))}
@@ -123,8 +123,9 @@ def judge_run(payload: Optional[dict], returncode: Optional[int], output_tail: s
     test's floor from the rail's rate, verify.fleet.nccl_pair.rail_floor). A malformed measurement is
     one ERROR naming the field; malformed rows are dropped (payload_error_record says which) and the
     others judged."""
-    from verify.bench.common import checked_payload, payload_error
+    from verify.bench.common import payload_error
     from verify.bench.common import result as bench_result
+    from verify.engine import checked_payload
     from verify.result import Status
 
     expected_ranks = args.nnodes * args.nproc_per_node
@@ -194,7 +195,8 @@ def payload_error_record(payload: Optional[dict], args: argparse.Namespace) -> O
     (a measurement with nothing judgeable is already judge_run's own ERROR)."""
     if payload is None or args.node_rank != 0:
         return None
-    from verify.bench.common import checked_payload, payload_error
+    from verify.bench.common import payload_error
+    from verify.engine import checked_payload
 
     kept, malformed = checked_payload(payload, measurement_schema())
     if kept is None or not malformed:
@@ -259,7 +261,7 @@ def launch(args: argparse.Namespace) -> int:
         args.nproc_per_node = 1 if args.backend == "gloo" else max(1, count_gpus("/"))
     # The package's own directory, never the caller's cwd; then what the Ansible task set explicitly
     # (the work directory and verify_node_pythonpath, both root-owned on the node).
-    from verify.bench.common import package_parent
+    from verify.engine import package_parent
 
     env = {"PYTHONPATH": os.pathsep.join(p for p in (package_parent(), os.environ.get("PYTHONPATH", "")) if p)}
     if args.backend == "gloo" and args.ifname:

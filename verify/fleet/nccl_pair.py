@@ -248,7 +248,8 @@ def launch(args: argparse.Namespace, root: str = "/") -> list:
 
 def launch_rail(args: argparse.Namespace, name: str, master_addr: str, port: int, root: str = "/") -> dict:
     """This host's side of the pair on one rail; the record (side 0: judged)."""
-    from verify.bench.common import package_parent, tail
+    from verify.bench.common import tail
+    from verify.engine import package_parent
     from verify.runner import run_command
 
     me = args.a if args.side == 0 else args.b

@@ -1,10 +1,12 @@
 """What a verify run does with the history: open it before anything runs (bad input refused early),
 judge the finished run against the node's past, and append it, all of it in one transaction; and the health
 counters the next run judges as increases (issue 26 item 3): `counters_of` keeps them from a result,
-`previous_counters` gives them back in the shape node.memo["previous_counters"] holds for the checks.
+`previous_counters` gives them back in the shape node.memo["previous_counters"] holds for the checks, and
+`previous_reading` with the time they were read, so the checks judge the increase per minute (issue 29).
 """
 from __future__ import annotations
 
+import datetime
 import secrets
 from dataclasses import dataclass, field
 from typing import Optional
@@ -113,6 +115,35 @@ def previous_counters(store: HistoryStore, host: str) -> dict:
     """node.memo["previous_counters"] for a run of host: what its last recorded run kept ({} when none).
     A damaged row is skipped and named in store.warnings; a history that cannot be read raises HistoryError."""
     return store.last_counters(host, counter_depth)
+
+
+def previous_reading(store: HistoryStore, host: str) -> tuple:
+    """(previous_counters, the Unix time that run started, or None): what health_common.remember_previous takes.
+    The run's start stands for when its counters were read (the checks run in its first seconds); a start
+    that is not an ISO time is named in store.warnings and the increase is then judged as a count."""
+    counters, started = store.last_reading(host, counter_depth)
+    return counters, (unix_time(store, started) if counters else None)
+
+
+def unix_time(store: HistoryStore, stamp: Optional[str]) -> Optional[float]:
+    if stamp is None:
+        return None
+    moment = stamp_to_unix(stamp)
+    if moment is None:
+        store.warnings.append(f"history {store.path}: the last run's started_at {stamp[:40]!r} is not an ISO "
+                              "time: its counters are judged as counts, not rates")
+    return moment
+
+
+def stamp_to_unix(stamp: str) -> Optional[float]:
+    """A run's started_at (verify.report.utc_now: ISO, UTC) -> Unix time; None when it is not an ISO time."""
+    try:
+        moment = datetime.datetime.fromisoformat(stamp)
+    except (TypeError, ValueError):
+        return None
+    if moment.tzinfo is None:  # tunefleet writes UTC
+        moment = moment.replace(tzinfo=datetime.timezone.utc)
+    return moment.timestamp()
 
 
 def config_of(report: dict, results: list) -> dict:

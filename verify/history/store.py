@@ -315,13 +315,18 @@ class HistoryStore:
         {part: {name: count}}, None for a check it does not judge (left out). A row of another shape, or not
         JSON, or with a count that is not a non-negative whole number, is damaged: skipped and noted.
         """
+        return self.last_reading(host, depth_of)[0]
+
+    def last_reading(self, host: str, depth_of: Callable[[str], Optional[int]]) -> tuple:
+        """(last_counters, that run's started_at or None): the counters and when they were read, of one run."""
         with self._errors("read"):
             row = self.db.execute(
-                "SELECT r.id FROM runs r JOIN hosts h ON h.id = r.host_id WHERE h.name = ? "
+                "SELECT r.id, r.started_at FROM runs r JOIN hosts h ON h.id = r.host_id WHERE h.name = ? "
                 "ORDER BY r.id DESC LIMIT 1", (host,)).fetchone()
             if row is None:
-                return {}
+                return {}, None
             rows = self.db.execute("SELECT check_id, body FROM counters WHERE run_id = ?", (row[0],)).fetchall()
+        started = row[1] if isinstance(row[1], str) and row[1] else None
         out = {}
         for check, body in rows:
             depth = depth_of(check) if isinstance(check, str) else None
@@ -336,7 +341,7 @@ class HistoryStore:
             else:
                 self._damaged(f"run {row[0]}, check {check}", "counters.body", body,
                               f"not {'{name: count}' if depth == 1 else '{part: {name: count}}'}")
-        return out
+        return out, started
 
     def hosts(self) -> list:
         with self._errors("read"):

@@ -39,11 +39,20 @@ KEYS = {
     "gpu_temp_margin_c": "degrees C of headroom below the GPU's slowdown limit (T.Limit)",
     "nvlink_links_per_gpu": "active NVLink links per GPU",
     "nvlink_link_gbps": "GB/s per NVLink link as nvidia-smi nvlink -s reports it",
-    "nvlink_error_count": "CRC/replay/recovery errors per link counter (a ceiling)",
+    "nvlink_error_count": "CRC/replay/recovery errors per link counter since driver load (a ceiling; judged "
+                          "when no earlier reading is known)",
+    "nvlink_crc_errors_per_min": "CRC errors per link counter per minute since the last check (a ceiling)",
+    "nvlink_replay_errors_per_min": "replay/recovery errors per link counter per minute since the last check "
+                                    "(a ceiling)",
     "ib_port_rate_gbps": "Gb/s rate of each InfiniBand/RoCE port",
-    "ib_port_error_count": "per-port error counter (symbol, link downed, receive errors...; a ceiling)",
+    "ib_port_error_count": "per-port error counter since driver load (symbol, link downed, receive errors...; a "
+                           "ceiling; judged when no earlier reading is known)",
+    "ib_port_errors_per_min": "per-port error counter (symbol, receive errors, link recovery...) per minute since "
+                              "the last check (a ceiling)",
+    "ib_link_downed_per_min": "per-port link flaps (link_downed) per minute since the last check (a ceiling)",
 }
-CEILING_KEYS = {"rdma_lat_us", "nvlink_error_count", "ib_port_error_count"}
+CEILING_KEYS = {"rdma_lat_us", "nvlink_error_count", "ib_port_error_count", "nvlink_crc_errors_per_min",
+                "nvlink_replay_errors_per_min", "ib_port_errors_per_min", "ib_link_downed_per_min"}
 REQUIRED = ("name", "description", "gpu_count", "nvls_expected", "thresholds", "sources")
 
 

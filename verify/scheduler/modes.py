@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from verify.checks import REGISTRY, run_checks
-from verify.checks.health_common import PREVIOUS_COUNTERS
+from verify.checks.health_common import remember_previous
 from verify.history.drain import DEFAULT_CAP, act, cap_allows, first_failure
 from verify.node import Node
 from verify.report import build_report, utc_now
@@ -110,8 +110,9 @@ def judge(spec: dict, node: Node, options: Options, now: Optional[float] = None)
                              "records_read": since.records}
     else:
         run["kernel_log"] = {"unreadable": why}
+    # The counters saved below are stamped `now`: the checks measure this interval on that same clock.
+    remember_previous(node, state.counters, state.counters_at, now)
     if state.counters:
-        node.memo[PREVIOUS_COUNTERS] = state.counters
         run["counters_interval_s"] = round(now - state.counters_at, 3) if state.counters_at else None
     timings: dict = {}
     names = checks_of(options.mode)
