@@ -115,7 +115,7 @@ def engine_figures(args) -> dict:
             "--pair-seconds", "0.25"]
     done = subprocess.run(argv, capture_output=True, text=True, env=dict(os.environ, CUDA_DEVICE_ORDER="PCI_BUS_ID"),
                           check=False)
-    from verify.bench.common import read_result
+    from verify.engine import read_result
 
     payload = read_result(done.stdout)
     if payload is None:
