@@ -7,6 +7,9 @@ Subprocesses inherit it; a test that builds an environment from scratch must pas
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -26,3 +29,13 @@ def _private_history(tmp_path_factory, monkeypatch):
     path = tmp_path_factory.mktemp("history") / "history.sqlite"
     monkeypatch.setenv("TUNEFLEET_HISTORY", str(path))
     return path
+
+
+@pytest.fixture
+def reachable():
+    """A fresh root-owned 0755 directory in /tmp that `nobody` can reach (pytest's tmp_path sits under a
+    0700 directory), for the planted-attack tests; removed afterwards whatever happens."""
+    base = Path(tempfile.mkdtemp(prefix="tunefleet-attack-test."))
+    base.chmod(0o755)
+    yield base
+    shutil.rmtree(base)

@@ -183,3 +183,22 @@ def checked_payload(payload: Any, schema: dict) -> tuple:
         problems += wrong
         fatal = fatal or bool(wrong)
     return (None if fatal else kept), problems
+
+
+def cuda_torch():
+    """Inside an engine: (torch, "") when torch imports and sees a CUDA device, else (None, why not), the
+    line an engine prints to stderr before it exits CANNOT_RUN. torch is imported only here, in the engine."""
+    try:
+        import torch
+    except ImportError as exc:
+        return None, f"torch is not importable: {exc}"
+    if not torch.cuda.is_available():
+        return None, "torch sees no CUDA device"
+    return torch, ""
+
+
+def torch_bus_id(props) -> Optional[str]:
+    """'00000000:18:00.0' as nvidia-smi prints it, from torch's device properties (torch >= 2.2), else None."""
+    if not hasattr(props, "pci_bus_id"):
+        return None
+    return f"{getattr(props, 'pci_domain_id', 0):08X}:{props.pci_bus_id:02X}:{props.pci_device_id:02X}.0"

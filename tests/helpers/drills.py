@@ -255,8 +255,9 @@ def pci_device_under_port(tree: FakeTree, address: str, bridge: str, speed: str,
     tree.write(f"/sys/devices/pci0000:00/{bridge}/max_link_speed", f"{bridge_speed}\n")
     tree.write(f"/sys/devices/pci0000:00/{bridge}/max_link_width", f"{bridge_width}\n")
     tree.write(f"/sys/devices/pci0000:00/{bridge}/vendor", "0x8086\n")
-    tree.link(f"/sys/bus/pci/devices/{address}", f"../../../devices/pci0000:00/{bridge}/{address}")
-    tree.link(f"/sys/bus/pci/devices/{bridge}", f"../../../devices/pci0000:00/{bridge}")
+    for name, target in ((address, f"pci0000:00/{bridge}/{address}"), (bridge, f"pci0000:00/{bridge}")):
+        if not (tree.root / f"sys/bus/pci/devices/{name}").exists():  # several devices behind one bridge
+            tree.link(f"/sys/bus/pci/devices/{name}", f"../../../devices/{target}")
     return tree
 
 

@@ -56,3 +56,15 @@ class FakeTree:
         if runner is None:
             return Node(root=str(self.root), live=live)
         return Node(root=str(self.root), runner=runner, live=live)
+
+
+def sysctl_node(tmp_path: Path, host: str) -> tuple:
+    """(desired state file, tree) of a node named `host` whose sysctl values meet a desired state that checks
+    sysctl only (every other role off): a run over it has nothing of its own to FAIL."""
+    off = {"enabled": False}
+    spec = Path(tmp_path) / "desired.json"
+    spec.write_text(json.dumps(desired_state(network=off, storage=off, gpu=off, memory=off, limits=off, cpu=off)))
+    tree = FakeTree(Path(tmp_path) / "root").write("/etc/hostname", f"{host}\n")
+    tree.write("/proc/sys/net/core/rmem_max", "536870912\n").write("/proc/sys/vm/swappiness", "0\n")
+    tree.write("/proc/sys/net/ipv4/tcp_rmem", "4096\t87380\t268435456\n")
+    return spec, tree

@@ -11,7 +11,7 @@ import sqlite3
 import pytest
 
 import verify.checks
-from tests.helpers.fake_node import FakeTree, desired_state
+from tests.helpers.fake_node import sysctl_node
 from verify.cli import main
 
 HOST = "gpu-07"
@@ -19,12 +19,7 @@ HOST = "gpu-07"
 
 def verify_local(tmp_path, history, monkeypatch) -> tuple:
     """One run on a fake root named gpu-07; (exit code, report, the lookback the checks saw)."""
-    off = {"enabled": False}
-    spec = tmp_path / "desired.json"
-    spec.write_text(json.dumps(desired_state(network=off, storage=off, gpu=off, memory=off, limits=off, cpu=off)))
-    tree = FakeTree(tmp_path / "root").write("/etc/hostname", f"{HOST}\n")
-    tree.write("/proc/sys/net/core/rmem_max", "536870912\n").write("/proc/sys/vm/swappiness", "0\n")
-    tree.write("/proc/sys/net/ipv4/tcp_rmem", "4096\t87380\t268435456\n")
+    spec, tree = sysctl_node(tmp_path, HOST)
     seen: list = []
     real = verify.checks.run_checks
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.drills import pci_device_under_port
 from tests.helpers.fake_node import FakeTree, desired_state
 from tests.helpers.replay import ReplayRunner
 from verify.checks import health_ib, health_nvlink, health_pcie
@@ -31,17 +32,9 @@ def spec_with(profile=None, **thresholds) -> dict:
 def pci_device(tree: FakeTree, address: str, speed: str, width: int, max_speed="32.0 GT/s PCIe", max_width=16,
                vendor="0x10de", klass="0x030200", bridge="0000:00:01.0", bridge_speed="32.0 GT/s PCIe",
                bridge_width=16) -> FakeTree:
-    """A device under a root port, linked from /sys/bus/pci/devices like the kernel does."""
-    real = f"/sys/devices/pci0000:00/{bridge}/{address}"
-    for name, value in (("current_link_speed", speed), ("max_link_speed", max_speed), ("vendor", vendor),
-                        ("current_link_width", width), ("max_link_width", max_width), ("class", klass)):
-        tree.write(f"{real}/{name}", f"{value}\n")
-    tree.write(f"/sys/devices/pci0000:00/{bridge}/max_link_speed", f"{bridge_speed}\n")
-    tree.write(f"/sys/devices/pci0000:00/{bridge}/max_link_width", f"{bridge_width}\n")
-    for name, target in ((address, real), (bridge, f"/sys/devices/pci0000:00/{bridge}")):
-        if not (tree.root / f"sys/bus/pci/devices/{name}").exists():
-            tree.link(f"/sys/bus/pci/devices/{name}", "../../../devices/" + target.split("/sys/devices/", 1)[1])
-    return tree
+    """A device under a root port (tests.helpers.drills.pci_device_under_port), Gen5 x16 GPU by default."""
+    return pci_device_under_port(tree, address, bridge, speed, width, max_speed, max_width, vendor, klass,
+                                 bridge_speed, bridge_width)
 
 
 def one_link(tmp_path, **kwargs):

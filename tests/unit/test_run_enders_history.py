@@ -8,7 +8,7 @@ import json
 import sqlite3
 
 import verify.report.markdown
-from tests.helpers.fake_node import FakeTree, desired_state
+from tests.helpers.fake_node import sysctl_node
 from tests.helpers.replay import ReplayRunner
 from verify.cli import main
 from verify.history.store import Measurement, RunRecord, open_store
@@ -19,12 +19,7 @@ HOST = "gpu-07"
 
 
 def verify_local(tmp_path, *extra, formats="json,md") -> tuple:
-    off = {"enabled": False}
-    spec = tmp_path / "desired.json"
-    spec.write_text(json.dumps(desired_state(network=off, storage=off, gpu=off, memory=off, limits=off, cpu=off)))
-    tree = FakeTree(tmp_path / "root").write("/etc/hostname", f"{HOST}\n")
-    tree.write("/proc/sys/net/core/rmem_max", "536870912\n").write("/proc/sys/vm/swappiness", "0\n")
-    tree.write("/proc/sys/net/ipv4/tcp_rmem", "4096\t87380\t268435456\n")
+    spec, tree = sysctl_node(tmp_path, HOST)
     out = tmp_path / "out"
     code = main(["verify", "--local", "--spec", str(spec), "--root", str(tree.root), "--out", str(out),
                  "--no-bench", "--format", formats, "--quiet", *extra])

@@ -15,9 +15,10 @@ from tests.helpers import drills
 from tests.helpers.fake_node import desired_state
 from tests.helpers.replay import ReplayRunner
 from verify import inject
+from verify.checks import health_fabric
 from verify.checks.health_gpu import DERIVED_TEMP_MARGIN, judge_clocks, judge_memory
 from verify.cli import main
-from verify.facts import health_smi
+from verify.facts import fabric, health_smi
 from verify.node import Node
 from verify.result import Status
 from verify.runner import CommandOutput
@@ -223,10 +224,10 @@ def test_nvml_readings_are_judged_by_the_same_judges_as_nvidia_smi():
 
 
 def test_the_fabric_state_is_judged_where_nvml_reports_one():
-    assert nvml.judge_fabric(0, "b", nvml.FABRIC_NOT_SUPPORTED, 0) is None
-    assert nvml.judge_fabric(0, "b", nvml.FABRIC_COMPLETED, 0).status is Status.PASS
-    assert nvml.judge_fabric(0, "b", nvml.FABRIC_IN_PROGRESS, 0).status is Status.WARN
-    failed = nvml.judge_fabric(3, "b", nvml.FABRIC_COMPLETED, 999)
+    assert health_fabric.judge_fabric(0, "b", fabric.FABRIC_NOT_SUPPORTED, 0) is None
+    assert health_fabric.judge_fabric(0, "b", fabric.FABRIC_COMPLETED, 0).status is Status.PASS
+    assert health_fabric.judge_fabric(0, "b", fabric.FABRIC_IN_PROGRESS, 0).status is Status.WARN
+    failed = health_fabric.judge_fabric(3, "b", fabric.FABRIC_COMPLETED, 999)
     assert failed.status is Status.FAIL and failed.details["action"] == "reboot"
 
 

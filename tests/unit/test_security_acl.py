@@ -7,9 +7,7 @@ setfacl does), shows the grant works (nobody can create a file there), and asser
 from __future__ import annotations
 
 import os
-import shutil
 import struct
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -46,14 +44,6 @@ def nobody_can_create(directory: Path) -> bool:
     return made
 
 
-@pytest.fixture
-def reachable():
-    """A fresh root-owned 0755 directory in /tmp that nobody can reach (pytest's tmp_path sits under a
-    0700 directory), removed afterwards whatever happens."""
-    base = Path(tempfile.mkdtemp(prefix="tunefleet-acl-test."))
-    base.chmod(0o755)
-    yield base
-    shutil.rmtree(base)
 
 
 @pytest.fixture

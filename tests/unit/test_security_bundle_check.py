@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import struct
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -28,14 +26,6 @@ ROOT = Path(__file__).resolve().parents[2]
 BUNDLE = ".verify-bundle.tar.gz"
 
 
-@pytest.fixture
-def reachable():
-    """A fresh root-owned 0755 directory in /tmp that nobody can reach (pytest's tmp_path sits under a
-    0700 directory), removed afterwards whatever happens."""
-    base = Path(tempfile.mkdtemp(prefix="tunefleet-bundle-test."))
-    base.chmod(0o755)
-    yield base
-    shutil.rmtree(base)
 
 
 def plant_root_bundle(run_dir: Path) -> Path:

@@ -24,7 +24,7 @@ import time
 
 from verify.bench.common import parse_size
 from verify.bench.gpu_clocks import summarise
-from verify.engine import CANNOT_RUN, NUMBER, ListOf, Maybe, emit_result
+from verify.engine import CANNOT_RUN, NUMBER, ListOf, Maybe, cuda_torch, emit_result, torch_bus_id
 
 # What the engine emits (verify.engine.checked_payload checks it where it enters verify): quick
 # mode fills per_gpu/pairs, burn mode fills burn; a malformed per-GPU or pair row is dropped and named.
@@ -362,22 +362,16 @@ def main(argv=None) -> int:
     parser.add_argument("--burn-check-s", type=float, default=10.0)
     parser.add_argument("--burn-settle-s", type=float, default=2.0, help="ramp-up left out of the clock judgement")
     args = parser.parse_args(argv)
-    try:
-        import torch
-    except ImportError as exc:
-        print(f"torch is not importable: {exc}", file=sys.stderr)
-        return CANNOT_RUN
-    if not torch.cuda.is_available():
-        print("torch sees no CUDA device", file=sys.stderr)
+    torch, why = cuda_torch()
+    if torch is None:
+        print(why, file=sys.stderr)
         return CANNOT_RUN
     count = torch.cuda.device_count()
     indices = list(range(count)) if args.gpus == "all" else [int(i) for i in args.gpus.split(",")]
     gpus, bus_ids = [], []
     for index in range(count):
         props = torch.cuda.get_device_properties(index)
-        bus = None
-        if hasattr(props, "pci_bus_id"):
-            bus = f"{getattr(props, 'pci_domain_id', 0):08X}:{props.pci_bus_id:02X}:{props.pci_device_id:02X}.0"
+        bus = torch_bus_id(props)
         bus_ids.append(bus)
         gpus.append({"index": index, "name": props.name, "capability": [props.major, props.minor],
                      "sm_count": props.multi_processor_count, "memory_bytes": props.total_memory, "bus_id": bus})

@@ -11,9 +11,8 @@ order nvidia-smi numbers GPUs by; each device's bus id is reported too, where to
 from __future__ import annotations
 
 import sys
-from typing import Optional
 
-from verify.engine import CANNOT_RUN, ListOf, Maybe, emit_result
+from verify.engine import CANNOT_RUN, ListOf, Maybe, cuda_torch, emit_result, torch_bus_id
 
 # What the engine emits (verify.engine.checked_payload checks it where it enters verify).
 PAYLOAD_SCHEMA = {
@@ -23,27 +22,16 @@ PAYLOAD_SCHEMA = {
 }
 
 
-def bus_id(props) -> Optional[str]:
-    """'00000000:18:00.0' as nvidia-smi prints it, from torch's device properties (torch >= 2.2)."""
-    if not hasattr(props, "pci_bus_id"):
-        return None
-    return f"{getattr(props, 'pci_domain_id', 0):08X}:{props.pci_bus_id:02X}:{props.pci_device_id:02X}.0"
-
-
 def main() -> int:
-    try:
-        import torch
-    except ImportError as exc:
-        print(f"torch is not importable: {exc}", file=sys.stderr)
-        return CANNOT_RUN
-    if not torch.cuda.is_available():
-        print("torch sees no CUDA device", file=sys.stderr)
+    torch, why = cuda_torch()
+    if torch is None:
+        print(why, file=sys.stderr)
         return CANNOT_RUN
     count = torch.cuda.device_count()
     gpus = []
     for ordinal in range(count):
         props = torch.cuda.get_device_properties(ordinal)
-        gpus.append({"ordinal": ordinal, "name": props.name, "bus_id": bus_id(props)})
+        gpus.append({"ordinal": ordinal, "name": props.name, "bus_id": torch_bus_id(props)})
     pairs = [{"src": src, "dst": dst, "can_access": bool(torch.cuda.can_device_access_peer(src, dst))}
              for src in range(count) for dst in range(count) if src != dst]
     emit_result({"gpus": gpus, "pairs": pairs, "torch": str(torch.__version__)})

@@ -25,6 +25,8 @@ from typing import Optional
 
 from verify.checks import REGISTRY, run_checks
 from verify.checks.health_common import remember_previous
+from verify.checks.health_fabric import fabric_results
+from verify.facts.fabric import MEMO_FABRIC
 from verify.history.drain import DEFAULT_CAP, act, cap_allows, first_failure
 from verify.node import Node
 from verify.report import build_report, utc_now
@@ -117,8 +119,8 @@ def judge(spec: dict, node: Node, options: Options, now: Optional[float] = None)
     timings: dict = {}
     names = checks_of(options.mode)
     results = run_checks(spec, node, names, timings=timings)
-    if nvml.MEMO_FABRIC in node.memo and "health.fabric" not in names:  # the registered check judged it already
-        results += nvml.fabric_results(node)
+    if MEMO_FABRIC in node.memo and "health.fabric" not in names:  # the registered check judged it already
+        results += fabric_results(node)
     if since is not None:
         state.kernel_uptime_s = since.last_uptime_s
         fresh = [line for line in kernel_events.failing_lines(since.text) if line not in state.open_events]

@@ -5,29 +5,17 @@ verify.facts.health_smi's readings), so the checks' judges run unchanged without
 Split like the rest of verify: `read_raw` is the only code that touches NVML (pynvml, imported inside it);
 `health_fields` is a pure function from those numbers to the fields nvidia-smi would have printed.
 The NVSwitch fabric state it reads goes to node.memo[verify.facts.fabric.MEMO_FABRIC]; its judge is
-verify.checks.health_fabric (the names below are that module's, kept here for the prolog's callers).
+verify.checks.health_fabric.
 Where pynvml is missing the checks fall back to nvidia-smi by themselves (slower: a process per query).
 """
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-from verify.checks.health_fabric import fabric_results, judge_fabric
 from verify.facts import health_smi
-from verify.facts.fabric import (
-    FABRIC_COMPLETED,
-    FABRIC_IN_PROGRESS,
-    FABRIC_NAMES,
-    FABRIC_NOT_STARTED,
-    FABRIC_NOT_SUPPORTED,
-    MEMO_FABRIC,
-)
+from verify.facts.fabric import MEMO_FABRIC
 from verify.facts.gpu_query import Gpu, GpuInventory
 from verify.node import Node
-
-# The fabric's reader and judge live in verify.facts.fabric and verify.checks.health_fabric (issue 31).
-__all__ = ["FABRIC_COMPLETED", "FABRIC_IN_PROGRESS", "FABRIC_NAMES", "FABRIC_NOT_STARTED", "FABRIC_NOT_SUPPORTED",
-           "MEMO_FABRIC", "fabric_results", "health_fields", "judge_fabric", "prime", "read_gpu", "read_raw"]
 
 NA = "[N/A]"
 # nvmlClocksEventReason* bits (nvml.h), as nvidia-smi names them in --query-gpu
