@@ -15,7 +15,9 @@ from typing import Iterable, Optional
 # gen3-5 128b/130b, gen6 FLIT mode 242/256 (PCI-SIG base specifications).
 PCIE_GT_S = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}
 PCIE_ENCODING = {1: 8 / 10, 2: 8 / 10, 3: 128 / 130, 4: 128 / 130, 5: 128 / 130, 6: 242 / 256}
-_GT_S = re.compile(r"([\d.]+)\s*GT/s")
+# ASCII digits, bounded (sysfs writes "32.0 GT/s PCIe"): "1.2.3 GT/s", a superscript digit or a 5000-digit
+# run read from a damaged tree is no rate, never a ValueError, and cannot make the search backtrack.
+_GT_S = re.compile(r"(?<![0-9.])([0-9]{1,3}(?:\.[0-9]{1,4})?)[ \t]*GT/s")
 
 
 @dataclass
@@ -37,8 +39,9 @@ def pcie_gbps(gen: Optional[int], width: Optional[int]) -> Optional[float]:
 
 
 def pcie_gen_from_speed(text: Optional[str]) -> Optional[int]:
-    """sysfs current_link_speed / max_link_speed ("32.0 GT/s PCIe", "8 GT/s") -> generation."""
-    match = _GT_S.search(text or "")
+    """sysfs current_link_speed / max_link_speed ("32.0 GT/s PCIe", "8 GT/s") -> generation; None for any text
+    that names no known rate ("Unknown", garbage, not a string)."""
+    match = _GT_S.search(text) if isinstance(text, str) else None
     if not match:
         return None
     rate = float(match.group(1))

@@ -120,7 +120,7 @@ def load(directory: str) -> tuple:
     try:
         why = _damage(dir_fd)
         if not why:
-            return _read(dir_fd), ""
+            return _state_in(dir_fd), ""
     except FileNotFoundError:
         return State(), ""
     except (OSError, ValueError, UnicodeDecodeError) as exc:
@@ -143,7 +143,7 @@ def _damage(dir_fd: int) -> str:
     return ""
 
 
-def _read(dir_fd: int) -> State:
+def _state_in(dir_fd: int) -> State:
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     try:
         fd = os.open(FILE_NAME, flags, dir_fd=dir_fd)
