@@ -125,9 +125,9 @@ def _health(reading: Any, label: str) -> tuple:
     problems = schema_problems(reading, HEALTH_SCHEMA, label)
     if not problems:
         problems = _unbounded(reading, label)
-        for bus, ecc in reading.get("ecc", {}).items():
+        for bus, ecc in (reading.get("ecc") or {}).items():
             problems += schema_problems(ecc, {"index": int, "uncorrected": Maybe(NUMBER)}, f"{label}.ecc.{bus}")
-        for bus, codes in reading.get("xids", {}).items():
+        for bus, codes in (reading.get("xids") or {}).items():
             if not isinstance(codes, dict) or not all(isinstance(n, int) and not isinstance(n, bool)
                                                       for n in codes.values()):
                 problems.append(f"{label}.xids.{bus}: expected counts per Xid code")
@@ -136,26 +136,23 @@ def _health(reading: Any, label: str) -> tuple:
     return reading, ""
 
 
-def judge_errors(before: dict, after: dict) -> CheckResult:
+def judge_errors(before: Any, after: Any) -> CheckResult:
     """New Xids or uncorrectable ECC errors during the burn -> FAIL naming the GPU."""
     found = []
-    raw_before, raw_after = before, after
-    before, before_problem = _health(before, "before")
-    after, after_problem = _health(after, "after")
-    names = {bus: f"GPU {v['index']} ({bus})" for bus, v in after.get("ecc", {}).items()}
-    for bus, codes in after.get("xids", {}).items():
+    was_read, before_problem = _health(before, "before")
+    now_read, after_problem = _health(after, "after")
+    names = {bus: f"GPU {v['index']} ({bus})" for bus, v in (now_read.get("ecc") or {}).items()}
+    for bus, codes in (now_read.get("xids") or {}).items():
         for code, count in codes.items():
-            new = count - (before.get("xids", {}).get(bus) or {}).get(code, 0)
+            new = count - ((was_read.get("xids") or {}).get(bus) or {}).get(code, 0)
             if new > 0:
                 found.append(f"{names.get(bus, bus)}: Xid {code} x{new}")
-    for bus, now in after.get("ecc", {}).items():
-        was = (before.get("ecc", {}).get(bus) or {}).get("uncorrected")
+    for bus, now in (now_read.get("ecc") or {}).items():
+        was = ((was_read.get("ecc") or {}).get(bus) or {}).get("uncorrected")
         if now.get("uncorrected") is not None and was is not None and now["uncorrected"] > was:
             found.append(f"{names[bus]}: {now['uncorrected'] - was:.0f} new uncorrectable ECC error(s)")
-    before, after = raw_before, raw_after
     details = {"before": before, "after": after}
-    checked = after if not after_problem else {}
-    unread = [r for r in (checked.get("xid_reason"), checked.get("ecc_reason"), before_problem, after_problem) if r]
+    unread = [r for r in (now_read.get("xid_reason"), now_read.get("ecc_reason"), before_problem, after_problem) if r]
     if found:
         return result(f"{CHECK_ID}.errors", Status.FAIL, "during the burn: " + "; ".join(found), "none new",
                       "; ".join(found), REMEDIATION, details)
