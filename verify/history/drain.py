@@ -216,14 +216,15 @@ def _kubernetes(node, action: Action, failure: str, dry_run: bool) -> None:
 # drained in the scheduler; a fleet run (plan) counts the hosts it is about to drain.
 
 DEFAULT_CAP = "10%"
-_CAP = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(%?)\s*$")
+# ASCII digits, bounded before float(): "9" x 400 became inf and int(inf) raised OverflowError
+_CAP = re.compile(r"^\s*([0-9]{1,9}(?:\.[0-9]{1,6})?)\s*(%?)\s*$")
 
 
 def parse_cap(text: str) -> tuple:
     """'10%' -> ('share', 10.0), '3' -> ('count', 3); ValueError naming the text."""
-    match = _CAP.match(str(text))
+    match = _CAP.match(str(text)) if len(str(text)) <= 40 else None
     if not match:
-        raise ValueError(f"drain cap {text!r}: give a share of the hosts ('10%') or a count ('3')")
+        raise ValueError(f"drain cap {str(text)[:40]!r}: give a share of the hosts ('10%') or a count ('3')")
     number = float(match.group(1))
     if match.group(2):
         if number > 100:
