@@ -189,14 +189,26 @@ def test_real_captures_have_no_slowdown(capture, headroom):
     ("clocks_throttle_reasons.hw_slowdown", "Active", Status.FAIL, "cooling"),
     ("clocks_throttle_reasons.hw_power_brake_slowdown", "Active", Status.FAIL, "power brake"),
     ("clocks_throttle_reasons.hw_thermal_slowdown", "Active", Status.FAIL, "cooling"),
-    ("clocks_throttle_reasons.sw_power_cap", "Active", Status.WARN, "power limit"),
     ("temperature.gpu.tlimit", "3", Status.FAIL, "cooling"),
     ("temperature.gpu.tlimit", "8", Status.WARN, "cooling"),
-    ("power.draw", "712.40 W", Status.WARN, "power feed"),
+    ("power.draw", "790.40 W", Status.WARN, "power feed"),
 ])
 def test_slowdowns_and_limits(name, value, status, words):
     result = health_gpu.judge_clocks(health_smi.parse(with_field(IDLE, name, value))[0], health_gpu.DERIVED_TEMP_MARGIN)
     assert result.status is status and words in result.remediation and "GPU 0 (00000000:83:00.0)" in result.reason
+
+
+@pytest.mark.parametrize("name, value", [
+    ("clocks_throttle_reasons.sw_power_cap", "Active"),  # a GPU running a job at its power limit
+    ("power.draw", "712.40 W"),  # one sample over the 700 W cap: power capping's overshoot, not a fault
+])
+def test_a_gpu_at_its_power_limit_is_not_a_finding(name, value):
+    """NVML's SW power cap means "the clocks have been optimized to ensure not to exceed currently set power
+    limits" (verify/judging/clock_reasons.py): the normal state under load, shown but never WARNed."""
+    result = health_gpu.judge_clocks(health_smi.parse(with_field(IDLE, name, value))[0], health_gpu.DERIVED_TEMP_MARGIN)
+    assert result.status is Status.PASS, result.reason
+    if name.endswith("sw_power_cap"):
+        assert "at its power limit" in result.observed and result.details["readings"]["at_power_limit"] is True
 
 
 def test_profile_temperature_margin_overrides_the_derived_one(tmp_path):

@@ -40,11 +40,12 @@ from verify.engine import (
     read_result,
     schema_problems,
 )
+from verify.judging import clock_reasons
 from verify.result import CheckResult, Status
 
 CHECK_ID = "bench.gpu_burn"
 # Allowed under a burn: not throttling (BENIGN) and the power cap (judged by the clock fraction).
-ALLOWED = (*gpu_clocks.BENIGN, "sw_power_cap")
+ALLOWED = clock_reasons.BENIGN + clock_reasons.AT_POWER_LIMIT
 # Of the max SM clock, median under load: a healthy H100 at its 700 W cap ran 0.697 (module docstring).
 DEFAULT_CLOCK_FRACTION = 0.60
 REMEDIATION = "drain the GPU; check cooling, power feed and BMC power-brake events; RMA a GPU that repeats"

@@ -4,7 +4,7 @@ for decoding NVML's reason bitmask and for what counts as a slowdown under load.
 NVML (nvmlDeviceGetCurrentClocksEventReasons) and `nvidia-smi --query-gpu=clocks_event_reasons.active`
 give the same bitmask ("0x0000000000000001" = idle on the 1x H100 capture in
 tests/fixtures/node/health/h100x1). The named booleans the health checks read
-(verify/checks/health_gpu.py SLOWDOWNS) are the same bits one by one.
+(verify/checks/health_gpu.py) are the same bits one by one.
 """
 
 from __future__ import annotations
@@ -13,23 +13,14 @@ import math
 import statistics
 from typing import Iterable, Optional
 
-# nvml.h nvmlClocksEventReason* (the older name: nvmlClocksThrottleReason*), same values in every driver.
-REASON_BITS = (
-    (0x1, "gpu_idle"),
-    (0x2, "applications_clocks_setting"),
-    (0x4, "sw_power_cap"),
-    (0x8, "hw_slowdown"),
-    (0x10, "sync_boost"),
-    (0x20, "sw_thermal_slowdown"),
-    (0x40, "hw_thermal_slowdown"),
-    (0x80, "hw_power_brake_slowdown"),
-    (0x100, "display_clock_setting"),
-)
+from verify.judging import clock_reasons
+
+# The bits and what they mean live in verify.judging.clock_reasons (NVIDIA's NVML reference cited there).
 # A slowdown the hardware forced (too hot, power brake asserted by the board or the BMC, HW slowdown):
 # FAIL whenever it shows during a benchmark. health_gpu.py FAILs on the same four at rest.
-SLOWDOWN = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown")
-# Not throttling at all: nothing to run (idle), clocks pinned by the operator, clocks synced across GPUs.
-BENIGN = ("gpu_idle", "applications_clocks_setting", "sync_boost", "display_clock_setting")
+SLOWDOWN = clock_reasons.PROBLEM
+BENIGN = clock_reasons.BENIGN
+REASON_BITS = clock_reasons.REASON_BITS
 
 
 # Bounds on a reading before it is used (NVML's own ranges, with room): a value outside is no reading.

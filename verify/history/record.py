@@ -17,8 +17,12 @@ from verify.history.store import HistoryError, HistoryStore, Measurement, RunRec
 from verify.result import CheckResult, Status, counts, exit_code
 
 CONFIG_VALUE_LIMIT = 200  # characters kept of one observed config value
-# Results that are judgements of the history itself, or of the fleet, are not the node's config.
-NOT_CONFIG_ROLES = frozenset({regress.ROLE, "fleet", "verify", "scheduler"})
+# Results that are judgements of the history itself, or of the fleet, are not the node's config; nor are the
+# health checks': they read the hardware's state (temperatures, clocks, power, link speeds, error counters),
+# which moves by nature between two runs of an unchanged node ("50 C of T.Limit headroom" -> "48 C" drifted
+# four times on an idle 4x H200), and each run judges them against their own thresholds.
+# Drift compares configuration values only: the tuned roles' observed values and the version facts.
+NOT_CONFIG_ROLES = frozenset({regress.ROLE, "fleet", "verify", "scheduler", "health"})
 # The counters a health result carries, as its check writes them into details and reads them back from
 # node.memo["previous_counters"][check_id]: (check id prefix, details key, nesting depth).
 COUNTER_DETAILS = (

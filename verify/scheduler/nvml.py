@@ -15,17 +15,14 @@ from concurrent.futures import ThreadPoolExecutor
 from verify.facts import health_smi
 from verify.facts.fabric import MEMO_FABRIC
 from verify.facts.gpu_query import Gpu, GpuInventory
+from verify.judging import clock_reasons
 from verify.node import Node
 
 NA = "[N/A]"
-# nvmlClocksEventReason* bits (nvml.h), as nvidia-smi names them in --query-gpu
-CLOCK_BITS = (
-    ("clocks_throttle_reasons.sw_power_cap", 0x4),
-    ("clocks_throttle_reasons.hw_slowdown", 0x8),
-    ("clocks_throttle_reasons.sw_thermal_slowdown", 0x20),
-    ("clocks_throttle_reasons.hw_thermal_slowdown", 0x40),
-    ("clocks_throttle_reasons.hw_power_brake_slowdown", 0x80),
-)
+# nvmlClocksEventReason* bits as nvidia-smi names them in --query-gpu, from their one home: the problem
+# reasons the clocks check judges and the power cap it shows (verify.judging.clock_reasons)
+CLOCK_BITS = tuple((clock_reasons.smi_field(name), bit) for bit, name in clock_reasons.REASON_BITS
+                   if name in clock_reasons.PROBLEM + clock_reasons.AT_POWER_LIMIT)
 MEMO_UUIDS = "gpu_uuids"  # bus id -> UUID, for the Prometheus labels
 
 
