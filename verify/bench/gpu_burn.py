@@ -175,7 +175,7 @@ def judge_gpu(row: dict, facts: dict, fraction: float) -> CheckResult:
     details = {"nvml": window, "max_sm_mhz": max_sm, "clock_fraction": fraction,
                "raw": {k: v for k, v in row.items() if k != "nvml"}}
     problems = []
-    bad = [r for r in window.get("reasons", []) if r not in ALLOWED]
+    bad = [r for r in window.get("reasons") or [] if r not in ALLOWED]
     if bad:
         problems.append(f"GPU {index}: {', '.join(bad)} under load")
     sm = (window.get("sm_mhz") or {}).get("median")

@@ -112,7 +112,7 @@ def describe(window: Optional[dict]) -> str:
             if key in ("temp_c", "power_w"):
                 text = f"{reading['max']:.0f}{unit} max"
             parts.append(f"{label} {text}".strip())
-    reasons = [r for r in window.get("reasons", []) if r != "gpu_idle"]
+    reasons = [r for r in window.get("reasons") or [] if r != "gpu_idle"]
     parts.append("reasons: " + (", ".join(reasons) if reasons else "none"))
     return ", ".join(parts)
 
