@@ -14,6 +14,8 @@ which checks, what they may do to the scheduler, and how they answer:
 - npd (Kubernetes node-problem-detector custom plugin): the health set, never drains (NPD sets the node
   condition); exit 0 OK, 1 problem (FAIL), 2 unknown (ERROR or bad input); one line on stdout cut to the
   plugin's output limit.
+In every mode an error tunefleet did not foresee exits 70 (verify.cli.failed_unexpectedly), never 1: the Slurm
+hook answers it as "could not check", NPD as Unknown; a damaged state file is set aside (verify.scheduler.state).
 """
 from __future__ import annotations
 
