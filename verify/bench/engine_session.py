@@ -16,10 +16,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Optional
 
-from verify.bench import gpu_engine, torch_allreduce, torch_hostcopy
+from verify.bench import gpu, gpu_engine, hostcopy, nccl, torch_allreduce, torch_hostcopy
 from verify.bench.common import human_bytes, last_line, module_available, progress, result, tail
-from verify.engine import CANNOT_RUN, ENGINE_CWD, checked_payload, engine_argv, engine_env, read_result
-from verify.facts.gpu_processes import GpuProcesses, normal_bus, read_gpu_processes
+from verify.engine import CANNOT_RUN, ENGINE_CWD, checked_payload, engine_argv, engine_env, normal_bus, read_result
+from verify.facts.gpu_processes import GpuProcesses, read_gpu_processes
+from verify.facts.gpu_query import query_gpus
+from verify.facts.hardware import detect
+from verify.facts.peer_access import nvlink_count, read_gpu_links
 from verify.judging import verdicts
 from verify.result import CheckResult, Status
 
@@ -75,15 +78,28 @@ class Session:
     def busy_rows(self, family: str) -> list:
         """One ERROR per row a busy GPU would have had: not a hardware verdict, action `application`."""
         rows = []
-        for gpu in self.busy:
+        for held in self.busy:
             for pattern in BUSY_ROWS.get(family, ()):
-                rows.append(busy_row(pattern.format(index=gpu.index), gpu))
+                rows.append(busy_row(pattern.format(index=held.index), held))
         return rows
+
+    def again(self, node, section: str) -> Session:
+        """This run's engine, one section alone (a family's retry): same GPUs, same options."""
+        return again(node, self, section)
 
     def phases(self) -> dict:
         found = dict((self.payload or {}).get("phases") or {})
         found["engine_wall_s"] = round(self.wall_s, 3)
         return found
+
+
+MEMO_KEY = "engine_session"
+
+
+def last_session(node) -> Optional[Session]:
+    """The engine run this node's benchmark phase made, if any."""
+    found = node.memo.get(MEMO_KEY)
+    return found if isinstance(found, Session) else None
 
 
 def busy_row(check_id: str, gpu: BusyGpu, what: str = "not benchmarked") -> CheckResult:
@@ -109,9 +125,6 @@ def pair_schedule(node, measured: int) -> tuple:
     an NVSwitch board, each GPU's links its own); direct NVLink between some pairs or PCIe stays serial."""
     if measured < 4:
         return "serial", f"{measured} GPU(s): no two disjoint pairs to copy side by side"
-    from verify.facts.hardware import detect
-    from verify.facts.peer_access import nvlink_count, read_gpu_links
-
     links, why = read_gpu_links(node)
     if why:
         return "serial", f"the GPUs' links are unknown ({why})"
@@ -162,9 +175,6 @@ def start(node, families: list, options: dict, profile: Optional[dict]) -> Optio
     asked, a node read through --root)."""
     if not node.is_live or not module_available("torch"):
         return None
-    from verify.bench import gpu, hostcopy, nccl
-    from verify.facts.gpu_query import query_gpus
-
     nccl_options = nccl.options_from(profile, options.get("nccl")) if "nccl" in families else None
     nccl_engine = nccl.pick_engine(nccl_options, node.root)[0] if nccl_options else None
     sections = plan_sections(families, nccl_engine, nccl_options.backend if nccl_options else "nccl")
@@ -175,6 +185,7 @@ def start(node, families: list, options: dict, profile: Optional[dict]) -> Optio
     except ValueError:
         inventory = None
     session = Session(sections)
+    node.memo[MEMO_KEY] = session  # the run's later steps (health.p2p on CUDA's answer) read what it measured
     if inventory is not None:
         session.busy, session.busy_unknown = busy_gpus(node, inventory)
     else:

@@ -22,11 +22,21 @@ import os
 import sys
 import threading
 import time
-from typing import Optional
 
 from verify.bench.common import parse_size
 from verify.bench.gpu_clocks import summarise
-from verify.engine import CANNOT_RUN, NUMBER, ListOf, Maybe, cuda_torch, emit_result, torch_bus_id
+from verify.bench.torch_hostcopy import measure_gpu, pcie_of
+from verify.engine import (
+    CANNOT_RUN,
+    NUMBER,
+    ListOf,
+    Maybe,
+    cuda_torch,
+    emit_result,
+    normal_bus,
+    restrict_visible,
+    torch_bus_id,
+)
 
 # What the engine emits (verify.engine.checked_payload checks it where it enters verify): quick
 # mode fills per_gpu/pairs, burn mode fills burn; a malformed per-GPU or pair row is dropped and named.
@@ -359,56 +369,6 @@ def _threads(target, indices: list, *extra) -> dict:
 # step): every row this engine emits names a GPU by its NVML index, with its PCI bus id, serial and UUID
 # beside it, so "GPU 2" in a benchmark row is the "GPU 2" of nvidia-smi and of the health rows.
 
-def normal_bus(text: Optional[str]) -> str:
-    """'0000:18:00.0' / '00000000:18:00.0' -> '00000000:18:00.0' (NVML's form, upper case); '' for None."""
-    if not text:
-        return ""
-    parts = str(text).strip().upper().split(":")
-    if len(parts) == 2:
-        parts = ["0", *parts]
-    return ":".join([parts[0][-8:].zfill(8), *parts[1:]])
-
-
-def restrict_visible(exclude: set) -> str:
-    """Hide the GPUs whose bus ids are in `exclude` from CUDA before torch starts (so no context is ever
-    created on them: another user's job holds them), keeping the caller's own CUDA_VISIBLE_DEVICES choice.
-
-    Runs under CUDA_DEVICE_ORDER=PCI_BUS_ID, where an integer entry of CUDA_VISIBLE_DEVICES is NVML's
-    index (both list the devices by bus id); UUID entries are matched by prefix. Returns what was done,
-    for the payload; an entry it cannot read (MIG) leaves the variable as it was and says so."""
-    if not exclude:
-        return ""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-    except Exception as exc:  # without NVML nothing can be hidden by bus id: the caller skips by ordinal
-        return f"not restricted: NVML unavailable ({exc})"
-    handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
-
-    def text(value) -> str:
-        return value.decode() if isinstance(value, bytes) else str(value)
-
-    uuids = [text(pynvml.nvmlDeviceGetUUID(h)) for h in handles]
-    buses = [normal_bus(text(pynvml.nvmlDeviceGetPciInfo(h).busId)) for h in handles]
-    asked = os.environ.get("CUDA_VISIBLE_DEVICES")
-    chosen = list(range(len(handles)))
-    if asked is not None:
-        chosen = []
-        for entry in (e.strip() for e in asked.split(",")):
-            if entry.isdigit() and int(entry) < len(handles):
-                chosen.append(int(entry))
-            elif entry.startswith("GPU-") and any(u.startswith(entry) for u in uuids):
-                chosen.append(next(i for i, u in enumerate(uuids) if u.startswith(entry)))
-            elif entry:
-                return f"not restricted: CUDA_VISIBLE_DEVICES entry {entry[:40]!r} is not a GPU index or UUID"
-            else:
-                break  # CUDA stops at the first invalid entry
-    kept = [i for i in chosen if buses[i] not in exclude]
-    os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(uuids[i] for i in kept) if kept else "-1"
-    return f"hidden from CUDA: {', '.join(sorted(exclude))}"
-
-
 def identities(torch, nvml, count: int) -> list:
     """Per CUDA ordinal: its NVML index, bus id, serial and UUID (the ordinal itself where NVML cannot say)."""
     found = []
@@ -479,8 +439,6 @@ def measure_pairs(torch, indices: list, args, sampler) -> tuple:
 def measure_hostcopy(torch, ordinals: list, handles: dict, args) -> tuple:
     """(rows, errors): pinned H2D and D2H per GPU, one GPU at a time (host memory and the root complex are
     shared), with the PCIe link NVML reads while the H2D copies run (verify.bench.torch_hostcopy's method)."""
-    from verify.bench.torch_hostcopy import measure_gpu, pcie_of
-
     rows, errors = [], {}
     for ordinal in ordinals:
         handle = handles.get(ordinal)
@@ -580,7 +538,8 @@ def main(argv=None) -> int:
     parser.add_argument("--sections", default="gpu,pairs",
                         help=f"quick mode: a comma list of {', '.join(SECTIONS)} (one process measures them all)")
     parser.add_argument("--gpus", default="all", help="'all' or a comma list of CUDA ordinals")
-    parser.add_argument("--exclude-bus-ids", default="", help="GPUs (PCI bus ids) never touched: another job holds them")
+    parser.add_argument("--exclude-bus-ids", default="",
+                        help="GPUs (PCI bus ids) never touched: another job holds them")
     parser.add_argument("--hbm-bytes", type=parse_size, default=2 << 30)
     parser.add_argument("--matmul-n", type=int, default=8192)
     parser.add_argument("--seconds", type=float, default=1.0, help="timed window of the HBM copy")

@@ -98,7 +98,8 @@ def judge_copy(
         broken = broken_measurement(observed, bound.gbps, bound.source, 0.0, NOTHING_MOVED)
         shown_observed = observed if broken else round(observed, 2)
         if absolute is None:
-            return recorded_only(check_id, observed, f"{label}{direction.upper()} {shown} GB/s; PCIe link unknown (no NVML)",
+            return recorded_only(check_id, observed,
+                                 f"{label}{direction.upper()} {shown} GB/s; PCIe link unknown (no NVML)",
                                  shown_observed, details, bound, 0.0, NOTHING_MOVED)
         details["threshold"] = absolute.to_dict()
         return judged(check_id, absolute, observed, f"{label}{direction.upper()} {shown} GB/s",

@@ -397,7 +397,8 @@ def session_gpus(session) -> tuple:
         return measured, result(CHECK_ID, Status.ERROR, f"all-reduce not run: {busy}; {len(measured)} GPU(s) left "
                                 "idle, an all-reduce needs 2", "2 idle GPUs", len(measured),
                                 verdicts.remedy(verdicts.APPLICATION, "", "the GPUs"),
-                                {verdicts.ACTION_KEY: verdicts.APPLICATION, "busy": [b.describe() for b in session.busy]})
+                                {verdicts.ACTION_KEY: verdicts.APPLICATION,
+                                 "busy": [b.describe() for b in session.busy]})
     return measured, result(CHECK_ID, Status.SKIP, f"needs 2 ranks, {len(measured)} GPU visible to this process "
                             f"(CUDA_VISIBLE_DEVICES={payload.get('visible')!r})")
 
@@ -445,9 +446,7 @@ def run(spec: Optional[dict], profile: Optional[dict], node, overrides: Optional
 
     def attempt(index: int) -> Try:
         if shared:  # the first try is the run's one engine's; a retry runs that engine's all-reduce alone
-            from verify.bench.engine_session import again
-
-            measurement, error, raw = from_session(session if index == 0 else again(node, session, "allreduce"))
+            measurement, error, raw = from_session(session if index == 0 else session.again(node, "allreduce"))
             if measurement is not None:
                 raw["gpus"] = measured
         else:

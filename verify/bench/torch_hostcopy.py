@@ -10,7 +10,7 @@ import argparse
 import sys
 
 from verify.bench.common import parse_size
-from verify.engine import NUMBER, ListOf, Maybe, emit_result
+from verify.engine import NUMBER, ListOf, Maybe, emit_result, normal_bus, restrict_visible, torch_bus_id
 
 # What the engine emits (verify.engine.checked_payload checks it where it enters verify):
 # one row per GPU; a malformed row is dropped and named, the others are still judged.
@@ -55,8 +55,6 @@ def pcie_of(handle, current_only: bool = False) -> dict:
 def nvml_handles(torch, count: int) -> dict:
     """{CUDA ordinal: NVML handle} by PCI bus id (CUDA's numbering is the process's own: CUDA_VISIBLE_DEVICES
     renumbers), {} without pynvml or NVML."""
-    from verify.engine import torch_bus_id
-
     try:
         import pynvml
 
@@ -104,10 +102,9 @@ def main(argv=None) -> int:
     parser.add_argument("--iters", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--gpus", default="all", help="'all' or a comma list of indices")
-    parser.add_argument("--exclude-bus-ids", default="", help="GPUs (PCI bus ids) never touched: another job holds them")
+    parser.add_argument("--exclude-bus-ids", default="",
+                        help="GPUs (PCI bus ids) never touched: another job holds them")
     args = parser.parse_args(argv)
-    from verify.bench.gpu_engine import normal_bus, restrict_visible
-
     restrict_visible({normal_bus(b) for b in args.exclude_bus_ids.split(",") if b.strip()})  # before torch starts
     try:
         import torch

@@ -11,6 +11,7 @@ import csv
 from dataclasses import dataclass, field
 from typing import Optional
 
+from verify.engine import normal_bus
 from verify.node import Node
 
 ARGV = ["nvidia-smi", "--query-compute-apps=gpu_bus_id,pid,process_name,used_memory", "--format=csv"]
@@ -38,14 +39,6 @@ class GpuProcess:
 class GpuProcesses:
     by_bus: dict = field(default_factory=dict)  # normal bus id -> [GpuProcess]
     unknown_reason: str = ""  # why nothing could be read (then no GPU counts as busy: said in the report)
-
-
-def normal_bus(text: str) -> str:
-    """'0000:18:00.0' / '00000000:18:00.0' -> '00000000:18:00.0' (nvidia-smi's and NVML's form)."""
-    parts = str(text).strip().upper().split(":")
-    if len(parts) == 2:
-        parts = ["0", *parts]
-    return ":".join([parts[0][-8:].zfill(8), *parts[1:]])
 
 
 def _number(text: str) -> Optional[int]:

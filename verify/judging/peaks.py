@@ -134,7 +134,8 @@ def allreduce_peak(
     return Peak(total, f"busbw bound {total:.1f} GB/s = {source}")
 
 
-def allreduce_reachable(nvlink_per_gpu: Optional[float], pcie: Optional[Peak], nvls_ran: bool = False) -> Optional[Peak]:
+def allreduce_reachable(nvlink_per_gpu: Optional[float], pcie: Optional[Peak],
+                        nvls_ran: bool = False) -> Optional[Peak]:
     """The busbw a ring or tree all-reduce can reach inside a node: each GPU sends its share over its own
     links, so one GPU's NVLink bandwidth per direction (PCIe where there is no NVLink) bounds it; NVLS
     (reduction inside the NVSwitch) can pass that, up to twice, only where NCCL used it. This is the
