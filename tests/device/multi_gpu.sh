@@ -128,7 +128,13 @@ if [ "$ngpu" -ge 2 ]; then
 fi
 
 # (f) fidelity
+note "== side by side, pairs serial"
 $py benchmarks/gpu_engines_side_by_side.py --json "$work/side_by_side.json" 2>&1 | tee -a "$summary" || true
+if [ "$ngpu" -ge 4 ]; then
+  note "== side by side, disjoint pairs concurrent"
+  $py benchmarks/gpu_engines_side_by_side.py --pair-schedule concurrent --json "$work/side_by_side_concurrent.json" \
+    2>&1 | tee -a "$summary" || true
+fi
 
 for name in a1_idle b_reversed c_busy d_compete e_p2p_disabled; do
   [ -f "$work/$name/report.json" ] && $py - "$work/$name/report.json" "$name" <<'PY' | tee -a "$summary"
