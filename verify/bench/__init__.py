@@ -53,8 +53,9 @@ ALIASES = {
 }
 
 
-# The families whose GPU measurements the run's one engine makes (verify.bench.engine_session).
-SHARED_ENGINE_FAMILIES = ("gpu", "hostcopy", "nccl")
+# The families that get the run's engine session (verify.bench.engine_session): the GPU measurements it
+# made, and the GPUs other processes hold (storage's cuFile read keeps off those).
+SHARED_ENGINE_FAMILIES = ("gpu", "hostcopy", "nccl", "storage")
 SETS = ("quick", "full")
 ORDER = ("gpu", "nccl", "hostcopy", "storage", "rdma", "burn")
 CHECK_IDS = {"nccl": "bench.nccl_allreduce", "hostcopy": "bench.hostcopy", "storage": "bench.storage",

@@ -41,6 +41,9 @@ DEFAULT_ACTIONS = (
     ("bench.gpu_burn", verdicts.DRAIN_RMA, "the GPU"),
     ("bench.dcgm", verdicts.DRAIN_RMA, "the GPU"),
 )
+# A family's summary row and the prefixes of its rows: the summary carries the worst action among them.
+SUMMARY_OF = {"bench.gpu": ("bench.gpu_", "bench.gpu.gpu"),
+              "bench.hostcopy": ("bench.h2d.", "bench.d2h.", "bench.pcie_link.", "bench.hostcopy.")}
 _GPU_IN_ID = re.compile(r"\.gpu(\d+)(?:_to_gpu(\d+))?$")
 _HOT_REASONS = {"hw_thermal_slowdown", "sw_thermal_slowdown"}
 
@@ -82,9 +85,12 @@ def explain(results: list, node, environment: Optional[dict] = None) -> None:
     processes = None
     settings = None
     governor = by_id.get("cpu.governor")
+    summaries = [r for r in rows if r.check_id in SUMMARY_OF]
     for row in rows:
         if not isinstance(row.details, dict):
             row.details = {}
+        if row.check_id in SUMMARY_OF:
+            continue  # after its family's rows: it carries the worst of their actions
         if "cause" in row.details:  # set where it was judged (a busy GPU left out, the engine's OOM)
             continue
         gpus = gpus_of(row)
@@ -132,6 +138,13 @@ def explain(results: list, node, environment: Optional[dict] = None) -> None:
             continue
         if verdicts.action_of(row.details) is None:
             default(row)
+    for summary in summaries:
+        members = [r for r in results if r.check_id.startswith(SUMMARY_OF[summary.check_id])
+                   and r.status is not Status.PASS and verdicts.action_of(r.details)]
+        if members:
+            summary.details[verdicts.ACTION_KEY] = verdicts.worst(verdicts.action_of(r.details) for r in members)
+        elif verdicts.action_of(summary.details) is None:
+            default(summary)
 
 
 def default(row: CheckResult) -> None:

@@ -15,7 +15,7 @@ import sys
 import time
 
 from verify.bench.common import parse_size
-from verify.engine import CANNOT_RUN, NUMBER, ListOf, emit_result
+from verify.engine import CANNOT_RUN, NUMBER, ListOf, emit_result, normal_bus, restrict_visible
 
 # What a read emits (verify.engine.checked_payload checks it where it enters verify).
 PAYLOAD_SCHEMA = {"gbps": NUMBER, "mode": str,
@@ -53,7 +53,10 @@ def main(argv=None) -> int:
         default="direct",
         help="open flags for the file: GDS needs O_DIRECT; compatibility mode takes either",
     )
+    parser.add_argument("--exclude-bus-ids", default="",
+                        help="GPUs (PCI bus ids) never touched: another job holds them")
     args = parser.parse_args(argv)
+    restrict_visible({normal_bus(b) for b in args.exclude_bus_ids.split(",") if b.strip()})  # before torch starts
     try:
         import torch
         from cuda.bindings import cufile

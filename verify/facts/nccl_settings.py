@@ -1,6 +1,6 @@
 """The NCCL settings a run inherits and where each one was set: the environment, then the configuration
-file NCCL reads (NCCL_CONF_FILE, else ~/.nccl.conf, then /etc/nccl.conf; NCCL's environment-variable
-documentation: a variable set in the environment wins over the file).
+files NCCL reads (NCCL_CONF_FILE, else ~/.nccl.conf, then /etc/nccl.conf; NCCL's environment-variable
+documentation: a variable set in the environment wins over the files).
 
 `parse_nccl_conf` is the one reader of the file format (KEY=VALUE, `#` comment lines), with line numbers,
 so a slow all-reduce can say "because NCCL_P2P_DISABLE=1 (/etc/nccl.conf line 3)" and the gpu.nccl_conf
@@ -52,17 +52,18 @@ def effective(node: Node, environment: Optional[Mapping[str, str]] = None, home:
     first configuration file NCCL reads. A file that cannot be parsed is left out (gpu.nccl_conf says why)."""
     environment = os.environ if environment is None else environment
     conf = environment.get("NCCL_CONF_FILE")
+    # NCCL (src/misc/param.cc initEnv) reads NCCL_CONF_FILE alone, else ~/.nccl.conf and then /etc/nccl.conf,
+    # each setting only what is not set yet: the first file's line wins, the environment over both.
     candidates = [conf] if conf else [os.path.join(home or os.path.expanduser("~"), ".nccl.conf"), SYSTEM_CONF]
     settings: dict = {}
-    for path in candidates:
+    for path in reversed(candidates):
         text = node.read(path)
         if text is None:
             continue
         try:
-            settings = parse_nccl_conf(text, path)
+            settings.update(parse_nccl_conf(text, path))
         except NcclConfParseError:
-            settings = {}
-        break
+            continue
     for key, value in environment.items():
         if key.startswith("NCCL_"):
             settings[key] = Setting(key, str(value), "the environment")
