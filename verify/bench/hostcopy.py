@@ -157,6 +157,17 @@ def sysfs_peak(node, gpu: dict) -> Optional[peaks.Peak]:
     return links.pcie_peak()
 
 
+def with_identity(section: dict, gpus) -> dict:
+    """The host-copy rows with each GPU's bus id, serial and UUID from the engine's list of GPUs (by index)."""
+    known = {g.get("index"): g for g in gpus or [] if isinstance(g, dict)}
+    rows = []
+    for row in section.get("gpus") or []:
+        gpu = known.get(row.get("index")) if isinstance(row, dict) and isinstance(row.get("index"), int) else None
+        extra = {k: gpu[k] for k in ("bus_id", "serial", "uuid") if gpu and gpu.get(k) and k not in row}
+        rows.append(dict(row, **extra) if isinstance(row, dict) else row)
+    return dict(section, gpus=rows)
+
+
 def copy_options(profile: Optional[dict], overrides: dict) -> dict:
     """Size, iterations, tries and timeout of the host copies: the caller's options < the profile < defaults."""
     return {"size_bytes": parse_size(overrides.get("size_bytes") or bench_setting("hostcopy_bytes", profile, 1 << 30)),
@@ -213,7 +224,8 @@ def run(spec: Optional[dict], profile: Optional[dict], node, overrides: Optional
 
     def attempt(index: int) -> Try:
         if index == 0 and shared is not None:  # the run's one engine measured the first try
-            return judged_copies(shared, {"engine": "verify.bench.engine_session", **session.raw})
+            return judged_copies(with_identity(shared, session.payload.get("gpus")),
+                                 {"engine": "verify.bench.engine_session", **session.raw})
         out = node.run(argv, timeout_s=timeout, env=engine_env(ENGINE_ENV), cwd=ENGINE_CWD)
         raw = {"argv": argv, "returncode": out.returncode, "stderr_tail": tail(out.stderr)}
         payload = read_result(out.stdout)

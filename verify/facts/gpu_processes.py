@@ -49,7 +49,10 @@ def _number(text: str) -> Optional[int]:
 def parse_compute_apps(text: str) -> dict:
     """`nvidia-smi --query-compute-apps=gpu_bus_id,pid,process_name,used_memory --format=csv` (header first)
     -> {bus id: [GpuProcess]}; "No running processes found" and a bare header are {}."""
-    rows = [row for row in csv.reader(text.splitlines(), skipinitialspace=True) if row and any(row)]
+    try:
+        rows = [row for row in csv.reader(text.splitlines(), skipinitialspace=True) if row and any(row)]
+    except csv.Error as exc:  # a field past csv's limit, a NUL byte: not nvidia-smi's listing
+        raise AppsParseError(f"not CSV: {exc}") from None
     if not rows or rows[0][0].startswith("No running"):
         return {}
     header = [name.split(" [")[0].strip() for name in rows[0]]
