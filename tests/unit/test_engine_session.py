@@ -310,3 +310,11 @@ def test_a_copy_row_of_any_shape_is_judged_never_raised_and_never_passes_garbage
     for direction in ("h2d", "d2h"):
         verdict = hostcopy.judge_copy(direction, gpu, None, hostcopy.DERIVED_RATIO)
         assert verdict.status is not Status.PASS
+
+
+def test_the_report_shows_the_all_reduce_against_its_reachable_peak_not_the_garbage_bound():
+    from verify.report import bench_table
+
+    rows, _ = run_families(h200x4_node(), ("nccl",))
+    shown = bench_table.row_of(rows["bench.nccl_allreduce"])
+    assert shown.peak == pytest.approx(478.116) and 74 < shown.percent_of_peak < 76  # 356.6 of 478.1
