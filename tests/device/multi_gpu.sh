@@ -120,6 +120,10 @@ if [ "$ngpu" -ge 2 ]; then
   echo "NCCL_P2P_DISABLE=1" >>"$conf"
   line=$(grep -n '^NCCL_P2P_DISABLE=1' "$conf" | tail -1 | cut -d: -f1)
   run_verify e_p2p_disabled
+  # What NCCL itself printed there (the transport lines the cause is checked against).
+  NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV,NET CUDA_DEVICE_ORDER=PCI_BUS_ID $py -m verify.bench.gpu_engine \
+    --sections allreduce --allreduce-min-bytes 8M --allreduce-max-bytes 64M >"$work/e_engine_nccl.log" 2>&1 || true
+  note "NCCL lines naming a transport: $(grep -c ' via ' "$work/e_engine_nccl.log" || true); first: $(grep -m1 ' via ' "$work/e_engine_nccl.log" || true)"
   restore_conf
   trap - EXIT
   check e_p2p_disabled "rows['bench.nccl_allreduce']['status'] == 'FAIL' and 'NCCL_P2P_DISABLE=1 ($conf line $line)' in rows['bench.nccl_allreduce']['reason']" \
