@@ -141,7 +141,8 @@ def test_every_pair_ok_passes_saying_where_the_answer_came_from(tmp_path):
     assert result.status is Status.PASS and result.observed == "2 of 2 pairs"
     assert result.reason.endswith("(2 ordered pairs; nvidia-smi topo -p2p r and w)")
     assert result.details["source"] == peer_access.SOURCE_SMI
-    assert result.details["p2p_status"] == {"0->1": {"read": "OK", "write": "OK"}, "1->0": {"read": "OK", "write": "OK"}}
+    both_ok = {"read": "OK", "write": "OK"}
+    assert result.details["p2p_status"] == {"0->1": both_ok, "1->0": both_ok}
     assert runner.calls == [P2P_R, P2P_W] and runner.no_engine()
 
 
@@ -186,7 +187,8 @@ def test_an_answer_that_cannot_be_read_is_an_error_not_a_verdict(tmp_path, runne
 
 def test_without_nvidia_smi_it_skips_saying_so(tmp_path):
     result = p2p(tmp_path, Runner(read=None))
-    assert result.status is Status.SKIP and result.reason == "peer access cannot be read here: nvidia-smi is not installed"
+    assert result.status is Status.SKIP
+    assert result.reason == "peer access cannot be read here: nvidia-smi is not installed"
 
 
 def test_one_gpu_skips_and_asks_nothing(tmp_path):

@@ -90,3 +90,52 @@ def test_the_gpus_are_read_side_by_side_in_their_own_order(monkeypatch):
     took = time.perf_counter() - start
     assert driver == "580.159.04" and [g["bus_id"] for g in gpus] == [f"00000000:{i + 0x18:02X}:00.0" for i in range(8)]
     assert took < 8 * 0.05 / 2  # eight 50 ms readings in a row would take 0.4 s
+
+
+def with_p2p_status(fake: types.SimpleNamespace, refused: dict) -> types.SimpleNamespace:
+    """The fake NVML answering nvmlDeviceGetP2PStatus as ctypes would: an index that is not a plain int (pynvml's
+    own NVML_P2P_CAPS_INDEX_READ is the tuple (0,)) is refused with the TypeError seen on the 2x H200 machine."""
+    asked = []
+
+    def p2p_status(first, second, caps_index):
+        if type(caps_index) is not int:
+            raise TypeError("argument 3: TypeError: Don't know how to convert parameter 3")
+        asked.append((first, second, caps_index))
+        return refused.get((first, second, caps_index), 0)
+
+    fake.nvmlDeviceGetP2PStatus = p2p_status
+    fake.asked = asked
+    return fake
+
+
+def test_the_health_hook_reads_every_pairs_p2p_status_and_the_prolog_none(monkeypatch):
+    from verify.facts import peer_access
+    from verify.node import Node
+
+    fake = with_p2p_status(fake_pynvml(3), {(0, 2, 1): 5})  # GPU0 -> GPU2: WRITE NOT_SUPPORTED
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    driver, gpus = nvml.read_raw()
+    assert "p2p" not in gpus[0] and fake.asked == []  # the prolog does not ask
+    driver, gpus = nvml.read_raw(with_p2p=True)
+    assert sorted(fake.asked) == [(a, b, caps) for a in range(3) for b in range(3) if a != b for caps in (0, 1)]
+    assert gpus[0]["p2p"] == {1: {"read": 0, "write": 0}, 2: {"read": 0, "write": 5}}
+    node = Node()
+    nvml.prime(node, driver, gpus)
+    access = node.memo[peer_access.MEMO_P2P]
+    assert access.source == peer_access.SOURCE_NVML and access.refused == [(0, 2)] and len(access.can_access) == 6
+    assert access.status[(0, 2)] == {"read": "OK", "write": "NOT_SUPPORTED"}
+
+
+def test_pynvmls_own_tuple_index_would_be_refused_and_leaves_p2p_to_nvidia_smi(monkeypatch):
+    from verify.facts import peer_access
+    from verify.node import Node
+
+    fake = with_p2p_status(fake_pynvml(2), {})
+    refuse = fake.nvmlDeviceGetP2PStatus
+    fake.nvmlDeviceGetP2PStatus = lambda a, b, index: refuse(a, b, (index,))  # as pynvml's constant is spelt
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    driver, gpus = nvml.read_raw(with_p2p=True)
+    assert driver == "580.159.04" and gpus[0]["p2p"] is None  # refused: no answer, not a verdict
+    node = Node()
+    nvml.prime(node, driver, gpus)
+    assert peer_access.MEMO_P2P not in node.memo and "gpus" in node.memo
