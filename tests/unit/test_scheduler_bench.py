@@ -139,3 +139,73 @@ def test_pynvmls_own_tuple_index_would_be_refused_and_leaves_p2p_to_nvidia_smi(m
     node = Node()
     nvml.prime(node, driver, gpus)
     assert peer_access.MEMO_P2P not in node.memo and "gpus" in node.memo
+
+
+# ---- --busy (issue 39 item 5): the pieces that need no GPU ---------------------------------------------
+
+def test_busy_without_a_gpu_says_so_and_exits_3(monkeypatch, capsys):
+    bench = load_benchmark()
+    monkeypatch.setattr(bench, "GPU_LIST_ARGV", ["/nonexistent/nvidia-smi", "--query-gpu=index"])
+    assert bench.main(["--busy"]) == bench.NO_GPU
+    assert capsys.readouterr().err == "--busy needs a GPU: nvidia-smi is not installed\n"
+
+
+def test_the_gpu_count_and_why_none():
+    bench = load_benchmark()
+
+    def answer(rc, stdout, stderr=""):
+        return lambda argv, **_: types.SimpleNamespace(returncode=rc, stdout=stdout, stderr=stderr)
+
+    assert bench.count_gpus(answer(0, "0\n1\n2\n3\n")) == (4, "")
+    assert bench.count_gpus(answer(0, "")) == (0, "nvidia-smi lists no GPU")
+    failed = "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n"
+    assert bench.count_gpus(answer(9, failed)) == (0, "nvidia-smi exited 9: " + failed.strip())
+
+
+def test_compute_apps_rows_are_read_and_notes_skipped():
+    """Rows in nvidia-smi's csv,noheader form for pid,process_name,used_memory (written here, not captured)."""
+    bench = load_benchmark()
+    text = "3858903, VLLM::EngineCore, 6265 MiB\n44966, /opt/a, b/stub, 974 MiB\nNo running processes found\n"
+    assert bench.parse_compute_apps(text) == [(3858903, "VLLM::EngineCore", "6265 MiB"),
+                                              (44966, "/opt/a,b/stub", "974 MiB")]
+
+
+def fake_proc(tmp_path: Path, parents: dict) -> str:
+    """A /proc with a status file per pid naming its parent (the real file's PPid: line)."""
+    for pid, ppid in parents.items():
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "status").write_text(f"Name:\tpython3\nState:\tS (sleeping)\nPPid:\t{ppid}\n")
+    return str(tmp_path)
+
+
+def test_a_process_a_hook_started_is_found_by_its_parents(tmp_path):
+    bench = load_benchmark()
+    proc = fake_proc(tmp_path, {500: 400, 400: 300, 300: 1, 900: 1})
+    assert bench.parent_chain(500, proc) == [400, 300, 1] and bench.parent_chain(77, proc) == []
+    seen = {500: ("python3", bench.parent_chain(500, proc)), 900: ("train.py", bench.parent_chain(900, proc)),
+            400: ("python3", bench.parent_chain(400, proc))}
+    assert bench.hooks_among_apps(seen, {400}) == [(400, "python3", 400), (500, "python3", 400)]
+    assert bench.hooks_among_apps(seen, {123}) == []
+
+
+def test_the_busy_report_says_no_hook_appeared_or_names_it():
+    bench = load_benchmark()
+    sampler = bench.ComputeAppsSampler()
+    sampler.samples, sampler.seen = 42, {1000: ("python3", [999, 1])}
+    job = {"gpus": 2, "held_mib": [120000, 120100], "total_mib": [143771, 143771]}
+    lines, hooks = bench.report_busy(job, "STOPPED after 9 matmul rounds on every GPU; exit 0", sampler,
+                                     {2000, 2001}, 1000)
+    assert hooks == [] and lines[-1].startswith("no hook process")
+    assert lines[0].startswith("busy job (pid 1000): 2 GPU(s), held 120000/143771 MiB, 120100/143771 MiB")
+    assert "42 samples" in lines[1] and "pids listed [1000]" in lines[1]
+    sampler.seen[2500] = ("python3", [2001, 1])  # an engine under a hook's process
+    lines, hooks = bench.report_busy(job, "stopped", sampler, {2000, 2001}, 1000)
+    assert hooks == [(2500, "python3", 2001)]
+    assert "HOOK PROCESS HELD A CUDA CONTEXT: pid 2500 (python3), started under hook pid 2001" in lines
+
+
+def test_each_timed_run_reports_its_pid(tmp_path):
+    bench = load_benchmark()
+    pids: set = set()
+    times, codes = bench.timed([sys.executable, "-c", "pass"], 2, pids)
+    assert len(times) == 2 and codes == {0} and len(pids) == 3  # the warm-up's pid too
