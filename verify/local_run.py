@@ -20,6 +20,7 @@ from verify.node import Node
 from verify.report import WRITERS, OutDirError, build_report, check_out_dir, terminal, utc_now, write_reports
 from verify.result import EXIT_BAD_INPUT, CheckResult, Status, exit_code
 from verify.runner import run_command
+from verify.safe_io import read_capped
 
 
 class UsageError(ValueError):
@@ -199,10 +200,9 @@ def verify_node(spec: dict, node: Node, bench: bool = True, bench_names: Optiona
 def process_age_s() -> Optional[float]:
     """Seconds since this process started (the interpreter and verify's imports), from /proc; None elsewhere."""
     try:
-        with open("/proc/self/stat", encoding="ascii") as handle:
-            started_ticks = int(handle.read().rsplit(")", 1)[1].split()[19])
-        with open("/proc/uptime", encoding="ascii") as handle:
-            uptime = float(handle.read().split()[0])
+        stat = read_capped(f"/proc/{os.getpid()}/stat", 4096).decode("ascii", errors="replace")
+        started_ticks = int(stat.rsplit(")", 1)[1].split()[19])
+        uptime = float(read_capped("/proc/uptime", 256).split()[0])
         return round(max(0.0, uptime - started_ticks / os.sysconf("SC_CLK_TCK")), 3)
     except (OSError, ValueError, IndexError):
         return None
