@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from tests.helpers.fake_node import FakeTree, desired_state
 from tests.helpers.replay import ReplayRunner
 from verify.checks import health_xid
-from verify.facts import kernel_log
+from verify.facts import kernel_log, links
 from verify.result import Status
 from verify.runner import CommandOutput
 
@@ -142,3 +142,44 @@ def test_xid_events_is_total(text):
         assert event.code is None or 0 <= event.code < 10 ** kernel_log.MAX_CODE_DIGITS
     kernel_log.resets(text)
     kernel_log.lost_events(text)
+
+
+# ---- the scheduler hook reads the same evidence (item 7) ---------------------------------------------------
+
+def test_the_hook_keeps_what_verify_judges_pcie_notices_included():
+    from verify.scheduler import kernel_events
+
+    notice = read("kernel-log_faulty_l2fwd-nv6-pcie-bw-limited-mlx5-x8.txt")
+    log = notice + XID119
+    since = kernel_events.from_text(log, "dmesg --kernel", None)
+    assert links.parse_bandwidth_notices(since.text) == links.parse_bandwidth_notices(log) != {}
+    assert [(e.bus, e.code) for e in kernel_log.xid_events(since.text)] == \
+        [(e.bus, e.code) for e in kernel_log.xid_events(log)]
+    assert kernel_log.resets(since.text) != []  # the identity line travels with the Xids: incidents count alike
+    assert "Call Trace" not in since.text  # what no check judges stays out
+
+
+def test_a_kmsg_record_with_absurd_numbers_is_no_record():
+    from verify.scheduler import kernel_events
+
+    good = b"6,339,5140900,-;NVRM: Xid (PCI:0000:00:06): 79, pid='<unknown>', name=<unknown>, GPU has fallen off\n"
+    assert kernel_events.parse_kmsg_record(good) == (0, 5.1409, good.decode().split(";", 1)[1].rstrip("\n"))
+    for bad in (b"9" * 5000 + b",1,2,-;x", b"6,1," + b"9" * 5000 + b",-;x", "²,1,2,-;x".encode(), b"6,1;x", b""):
+        assert kernel_events.parse_kmsg_record(bad) is None
+
+
+@given(st.binary(max_size=300) | st.lists(st.sampled_from([b"6", b",", b";", b"9" * 5000, b"-", b"\n", b"\xff"]),
+                                          max_size=20).map(b"".join))
+def test_parse_kmsg_record_is_total(raw):
+    from verify.scheduler import kernel_events
+
+    parsed = kernel_events.parse_kmsg_record(raw)
+    assert parsed is None or (0 <= parsed[0] < 128 and 0 <= parsed[1] < 1e15)
+
+
+@given(st.text(max_size=200) | st.sampled_from(["9" * 5000 + " Gb/sec", "1.2.3 Gb/sec", "0 Gb/sec", "nan Gb/sec"]))
+def test_parse_rate_is_total(value):
+    from verify.checks.health_ib import parse_rate
+
+    rate = parse_rate(value)
+    assert rate is None or 0 < rate < 10 ** 7

@@ -155,7 +155,8 @@ def test_a_reset_gpu_fault_after_the_lookback_recurs_only_when_seen_twice(tmp_pa
     # a driver reload between them (its banner): the contained error came back after the reset
     twice = "".join(f"[ {t}.000001] NVRM: Xid (PCI:0000:3b:00): 94, pid='<unknown>', name=<unknown>, Contained\n"
                     for t in (100, 5000))
-    twice = twice.replace("\n[ 5000", "\n[ 4000.0] NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  590.48.01\n[ 5000")
+    reload = "[ 4000.0] NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  590.48.01\n"
+    twice = twice.replace("\n[ 5000", "\n" + reload + "[ 5000")
     assert judge(tmp_path, twice)["health.gpu.xid.0000:3b:00.0"].details["action"] == "drain-rma"
     since = (datetime.now(timezone.utc) - timedelta(seconds=2000)).isoformat()
     once = judge(tmp_path, twice, {"since_utc": since, "source": "last verify run 1"}, uptime="6000.0 1.0\n")

@@ -54,13 +54,15 @@ DERIVED_FLAPS_PER_MIN = Threshold(limit=round(1 / 360, 5), warn=0, kind="max", s
 FLAP_COUNTER = "link_downed"
 RESEAT_CABLE = ("drain the node, reseat or replace the cable / transceiver of {port}, check the switch port; "
                 "RMA the HCA if it stays")
-_RATE = re.compile(r"^\s*([0-9.]+)\s*Gb/sec")
+# sysfs prints "%d%s Gb/sec (%dX %s)" (drivers/infiniband/core/sysfs.c rate_show): a few digits, ".5"/".125"
+_RATE = re.compile(r"^\s*(\d{1,6}(?:\.\d{1,6})?)\s*Gb/sec", re.ASCII)
 
 
-def parse_rate(text: Optional[str]) -> Optional[float]:
-    """'400 Gb/sec (4X NDR)' -> 400.0."""
-    match = _RATE.match(text or "")
-    return float(match.group(1)) if match else None
+def parse_rate(text: object) -> Optional[float]:
+    """'400 Gb/sec (4X NDR)' -> 400.0; None when unreadable (anything else, a zero rate). Total on any input."""
+    match = _RATE.match(text) if isinstance(text, str) else None
+    rate = float(match.group(1)) if match else 0.0
+    return rate if rate > 0 else None
 
 
 def _state_name(text: Optional[str]) -> str:

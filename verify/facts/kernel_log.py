@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Optional
 
+from verify.facts.links import is_bandwidth_notice
 from verify.facts.pci import short_bdf
 from verify.node import Node
 
@@ -156,6 +157,12 @@ def kernel_records(log: str) -> list:
             continue
         records.append(KernelRecord(match.group("message"), line.strip(), _uptime(match), _wall_clock(match)))
     return records
+
+
+def judged(message: str) -> bool:
+    """The one filter of what the kernel-log checks judge: the driver's records and the kernel's PCIe
+    "limited by" notices (health_pcie). The scheduler hook keeps exactly these, so it sees what verify does."""
+    return message.startswith(DRIVER) or is_bandwidth_notice(message)
 
 
 def driver_records(log: str) -> list:
