@@ -24,9 +24,14 @@ FIELDS = (
     "temperature.gpu", "temperature.gpu.tlimit", "temperature.memory",
     "power.draw", "enforced.power.limit",
     "vbios_version",  # for the fleet's uniformity report (node facts: firmware)
+    # SRAM and DRAM apart (nvidia-smi --help-query-gpu: "ecc.errors.uncorrected.volatile.sram" / ".dram",
+    # volatile = since the driver loaded, aggregate = the GPU's lifetime); drivers without them drop them
+    "ecc.errors.uncorrected.volatile.sram", "ecc.errors.uncorrected.volatile.dram",
+    "ecc.errors.uncorrected.aggregate.sram", "ecc.errors.uncorrected.aggregate.dram",
 )
 REQUIRED = ("index", "pci.bus_id", "name")
-MEMORY_FIELDS = FIELDS[3:10]  # ECC mode and counters, retired pages, remapped rows
+SPLIT_ECC_FIELDS = FIELDS[-4:]
+MEMORY_FIELDS = FIELDS[3:10] + SPLIT_ECC_FIELDS  # ECC mode and counters, retired pages, remapped rows
 _INVALID = re.compile(r'Field "([^"]+)" is not a valid field to query')
 _NOT_A_VALUE = ("n/a", "[n/a]", "[not supported]", "not supported", "[unknown error]", "")
 
@@ -111,7 +116,7 @@ def query(node: Node) -> tuple:
     if "health_smi" in node.memo:
         return node.memo["health_smi"]
     fields, answer = list(FIELDS), ([], "")
-    for _ in range(4):  # at most three unknown fields dropped (drivers older than R535)
+    for _ in range(8):  # at most seven unknown fields dropped (drivers older than R535)
         out = node.run(argv(fields), timeout_s=20.0)
         if out.missing:
             answer = ([], "nvidia-smi is not installed")
