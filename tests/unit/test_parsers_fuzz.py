@@ -55,6 +55,7 @@ from verify.facts import (  # noqa: E402
     node_facts,
     pci_path,
     peer_access,
+    smi_q,
     versions,
 )
 from verify.fleet import baseline, baseline_rules, model  # noqa: E402
@@ -221,6 +222,9 @@ PARSERS = [
                     "node/health/public/kernel-log_faulty_nvsentinel-xid74-link14.txt")),
     Parser("verify.checks.health_ib:parse_rate", lambda d: _rate_bounded(text(d)), (),
            [b"400 Gb/sec (4X NDR)\n", b"100 Gb/sec (4X EDR)", b"53.125 Gb/sec (2X HDR)"]),
+    Parser("verify.facts.smi_q:parse", lambda d: [smi_q.health_fields(g) for g in smi_q.parse(text(d))], (),
+           _fixture("node/health/public/nvidia-smi-q_faulty_gpud-a10-remap-pending-535.129.03.txt",
+                    "node/health/h200x2/cmd/nvidia-smi-q.stdout")),
     Parser("verify.facts.kernel_log:parse_lost", lambda d: kernel_log.parse_lost(text(d)), (),
            _fixture("node/health/kernel_log_fallen_off_bus_probe_source.txt",
                     "node/health/kernel_log_xid79_48_documented.txt")),

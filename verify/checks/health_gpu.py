@@ -99,11 +99,17 @@ def _split_ecc_findings(gpu) -> Optional[list]:
     GPU reset clears it; the SRAM lifetime count is what NVIDIA's field diagnostic threshold is judged on
     (NVML nvmlEccSramErrorStatus_v1_t.bThresholdExceeded, "the error threshold of field diag is exceeded";
     DCGM's software plugin checkForSramThreshold reports it). Both: reset-gpu when counted since the driver
-    loaded, watch when only the lifetime count holds any."""
+    loaded, watch when only the lifetime count holds any; the SRAM Threshold Exceeded flag (from `nvidia-smi
+    -q`) is NVIDIA's RMA criterion for SRAM ("GPU L2 Memory RMA Policy"): drain-rma."""
     counts = {name: gpu.number(name) for name in health_smi.SPLIT_ECC_FIELDS}
-    if all(value is None for value in counts.values()):
+    if all(value is None for value in counts.values()) and gpu.active(health_smi.SRAM_THRESHOLD) is None:
         return None
     findings = []
+    if gpu.active(health_smi.SRAM_THRESHOLD):
+        # NVIDIA GPU Memory Error Management, "RMA Policy" / "GPU L2 Memory RMA Policy": the RMA criterion for
+        # SRAM uncorrectable errors is the SRAM Threshold Exceeded flag (more than 4 unique parity / 2 unique
+        # SEC-DED errors in an address bank)
+        findings.append((verdicts.DRAIN_RMA, "SRAM Threshold Exceeded (NVIDIA's RMA criterion for SRAM)", None))
     for part, mechanism in (("DRAM", "its row is remapped at the next GPU reset"),
                             ("SRAM", "SRAM has no rows to remap: a GPU reset clears the contained error; RMA "
                                      "when NVIDIA's SRAM threshold is exceeded")):
