@@ -26,13 +26,22 @@ from typing import Optional
 
 from verify.checks.common import result, skip
 from verify.checks.health_common import PREVIOUS_COUNTERS, ROLE, interval_min, judge_counter, threshold
+from verify.facts.ib_counters import parse_perfquery
 from verify.judging import verdicts
 from verify.judging.thresholds import Threshold
 from verify.node import Node
 from verify.result import Status
 
 COUNTERS = ("symbol_error", "link_downed", "port_rcv_errors", "link_error_recovery",
-            "local_link_integrity_errors", "excessive_buffer_overrun_errors")
+            "local_link_integrity_errors", "excessive_buffer_overrun_errors", "port_rcv_remote_physical_errors",
+            "port_xmit_discards", "port_xmit_constraint_errors", "port_rcv_constraint_errors",
+            "port_rcv_switch_relay_errors")
+# Not a fault of the link: discards and constraint errors are congestion or partition/filter drops (a WARN to
+# watch, never a cable FAIL); switch relay errors are rdma-core ibqueryerrors' one "common side effect"
+# counter (`--suppress-common`): recorded, not judged.
+CONGESTION = ("port_xmit_discards", "port_xmit_constraint_errors", "port_rcv_constraint_errors")
+RECORDED_ONLY = ("port_rcv_switch_relay_errors",)
+PERFQUERY_ARGV = ["perfquery", "-x", "-C", "{device}", "-P", "{port}"]
 # rdma-core's ibqueryerrors(8) ships SymbolErrorCounter=10 / LinkErrorRecoveryCounter=10 as its
 # example error_thresholds; any error at all is a WARN.
 DERIVED_ERRORS = Threshold(limit=10, warn=0, kind="max", source=(
@@ -75,15 +84,23 @@ def read_port(node: Node, device: str, port: str) -> dict:
     counters = {}
     for name in COUNTERS:
         value = node.read_value(f"{base}/counters/{name}")
-        if value is not None and value.isdigit():
+        if value is not None and value.isascii() and value.isdigit() and len(value) <= 20:
             counters[name] = int(value)
+    source = "sysfs"
+    if not counters:  # no sysfs counters (a tree, a container): the tool's own view, live or injected
+        argv = [arg.format(device=device, port=port) for arg in PERFQUERY_ARGV]
+        out = node.run(argv, timeout_s=10.0)
+        tool = parse_perfquery(out.stdout) if out.ok else []
+        if tool:
+            counters = {k: v for k, v in tool[0].counters.items() if k in COUNTERS}
+            source = " ".join(argv)
     model = " ".join(part for part in (node.read_value(f"/sys/class/infiniband/{device}/hca_type"),
                                        node.read_value(f"/sys/class/infiniband/{device}/board_id")) if part)
     return {"port": f"{device}/{port}", "state": _state_name(node.read_value(f"{base}/state")),
             "phys_state": _state_name(node.read_value(f"{base}/phys_state")),
             "rate_gbps": parse_rate(node.read_value(f"{base}/rate")),
             "link_layer": node.read_value(f"{base}/link_layer") or "InfiniBand", "counters": counters,
-            "hca_model": model or "unknown HCA"}
+            "counters_source": source, "hca_model": model or "unknown HCA"}
 
 
 def _is_active(port: dict) -> bool:
@@ -104,6 +121,8 @@ def _counter_findings(port: dict, rates: dict, ceiling: Threshold, previous: dic
     known. rates: {"errors": Threshold per minute, "link_downed": the flaps' Threshold per minute}."""
     findings, since_load, per_min = [], {}, {}
     for counter, count in sorted(port["counters"].items()):
+        if counter in RECORDED_ONLY:
+            continue
         rate = rates[FLAP_COUNTER] if counter == FLAP_COUNTER else rates["errors"]
         verdict = judge_counter(counter, count, previous.get(counter), minutes, rate, ceiling)
         if verdict.increase is not None:
@@ -111,7 +130,9 @@ def _counter_findings(port: dict, rates: dict, ceiling: Threshold, previous: dic
         if verdict.per_min is not None:
             per_min[counter] = round(verdict.per_min, 4)
         if verdict.status is not Status.PASS:
-            findings.append((verdict.status, verdict.text))
+            congestion = counter in CONGESTION
+            findings.append((Status.WARN if congestion else verdict.status,
+                             verdict.text + (" (congestion or filtering, not the cable)" if congestion else "")))
     return findings, since_load, per_min
 
 
