@@ -183,3 +183,33 @@ def test_parse_rate_is_total(value):
 
     rate = parse_rate(value)
     assert rate is None or 0 < rate < 10 ** 7
+
+
+# ---- NVSwitch SXid lines (issue 36 item 8) -----------------------------------------------------------------
+
+def test_fatal_sxids_name_the_switch_by_bus_and_the_links(tmp_path):
+    log = read("kernel-log_faulty_gpud-sxid20034-xid79.txt")
+    results = judge(tmp_path, log)
+    switch0 = results["health.nvswitch.sxid.0000:05:00.0"]
+    assert switch0.status is Status.FAIL and switch0.details["action"] == "reboot"
+    assert "NVSwitch nvswitch0 (0000:05:00.0): SXid 20034 fatal on link(s) 62, 63" in switch0.reason
+    assert switch0.details["lines"] == 4  # two fatal lines + their Severity / Data details: one switch's events
+    assert results["health.nvswitch.sxid.0000:06:00.0"].details["sxids"]["20034"]["links"] == [48]
+    assert results["health.gpu.xid.0000:91:00.0"].details["action"] == "reboot"  # the Xid 79 beside them
+    # the scheduler hook keeps them (one filter)
+    from verify.scheduler import kernel_events
+
+    assert len(kernel_log.sxid_events(kernel_events.from_text(log, "dmesg", None).text)) == 8
+
+
+def test_a_non_fatal_sxid_is_watched_and_a_log_without_any_has_no_switch_row(tmp_path):
+    log = read("kernel-log_faulty_gpud-sxid20034-xid79.txt").replace("Fatal, Link", "Non-fatal, Link")
+    assert {r.details["action"] for k, r in judge(tmp_path, log).items() if "nvswitch" in k} == {"watch"}
+    assert not [k for k in judge(tmp_path, XID119) if "nvswitch" in k]
+
+
+def test_a_fatal_sxid_stays_open_in_the_hook_until_the_reboot():
+    from verify.scheduler import kernel_events
+
+    lines = kernel_events.failing_lines(read("kernel-log_faulty_gpud-sxid20034-xid79.txt"))
+    assert sum("SXid" in line for line in lines) == 4 and any("Xid (PCI:0000:91:00): 79" in line for line in lines)

@@ -33,7 +33,15 @@ from typing import Optional
 
 from verify.checks.common import result, skip
 from verify.checks.health_common import RESEAT, ROLE
-from verify.facts.kernel_log import boot_time_utc, lost_events, read_kernel_log, resets, when_utc, xid_events
+from verify.facts.kernel_log import (
+    boot_time_utc,
+    lost_events,
+    read_kernel_log,
+    resets,
+    sxid_events,
+    when_utc,
+    xid_events,
+)
 from verify.facts.pci import gpu_indices, live_reason, nvidia_gpus_on_bus
 from verify.judging import verdicts
 from verify.judging.xid_catalog import lookup, recovery_action
@@ -127,6 +135,30 @@ def judge_events(bus: str, events: list, gpu_index, source: str, lost: tuple = N
                   f"{name} logged {', '.join(parts)} since {since} ({source})", details=details, fix=fix)
 
 
+def judge_sxids(bus: str, events: list, source: str, since: str = "boot"):
+    """One NVSwitch's SXid events -> one result. NVIDIA Fabric Manager User Guide ("NVSwitch SXid errors"):
+    a fatal SXid leaves the switch's links unusable until the GPUs and switches are reset together, which on
+    a baseboard means draining and restarting the node (reboot, RMA if it recurs); non-fatal ones are
+    logged and counted (watch). Each event is named by switch, PCI bus id, code and link."""
+    heads = [e for e in events if e.fatal is not None]
+    fatal = [e for e in heads if e.fatal]
+    action = verdicts.REBOOT if fatal else verdicts.WATCH
+    by_code: dict = {}
+    for event in heads:
+        by_code.setdefault((event.code, event.fatal), set()).add(event.link)
+    parts = [f"SXid {code} {'fatal' if is_fatal else 'non-fatal'} on link(s) "
+             f"{', '.join(str(link) for link in sorted(links))}" for (code, is_fatal), links in sorted(by_code.items())]
+    switch = events[0].switch
+    details = {"bus_id": bus, "switch": switch, "source": source, verdicts.ACTION_KEY: action,
+               "sxids": {str(code): {"fatal": is_fatal, "links": sorted(links)}
+                         for (code, is_fatal), links in sorted(by_code.items())},
+               "lines": len(events)}
+    said = "; ".join(parts) or f"{len(events)} SXid detail line(s)"
+    return result(f"health.nvswitch.sxid.{bus}", ROLE, verdicts.status_of(action), f"no SXid since {since}", said,
+                  f"NVSwitch {switch} ({bus}): {said} since {since} ({source})", details=details,
+                  fix=verdicts.remedy(action, bus, f"NVSwitch {switch} ({bus})"))
+
+
 def lookback(node: Node) -> tuple:
     """(since as UTC or None, what it is) from node.memo["lookback"]; (None, "boot") when none is given."""
     given = node.memo.get("lookback") or {}
@@ -175,6 +207,11 @@ def run(spec: dict, node: Node) -> list:
         marks = resets(log)
         results = [judge_events(bus, judged.get(bus, []), indices.get(bus), source, lost.get(bus),
                                 earlier.get(bus, []), since_what, marks) for bus in buses]
+    switches: dict = {}
+    for event in sxid_events(log):
+        if not is_history(event.record):
+            switches.setdefault(event.bus, []).append(event)
+    results += [judge_sxids(bus, events, source, since_what) for bus, events in sorted(switches.items())]
     if since:
         for each in results:
             each.details["lookback"] = {"since_utc": since.isoformat(), "source": since_what}

@@ -77,6 +77,23 @@ _IDENTITY = re.compile(r"^GPU at PCI:([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F
 _LINK = re.compile(r"\b[Ll]ink\s{0,3}(?:#\s{0,3})?(\d{1,3})\b")
 
 
+# The NVSwitch driver's errors (NVSWITCH_PRINT_SXID, open-gpu-kernel-modules src/common/nvswitch/kernel/inc/
+# common_nvswitch.h): "nvidia-nvswitchN: SXid (PCI:dddd:bb:dd.f): NNNNN, <text>", the first line of an event
+# saying "Fatal" or "Non-fatal" and the link, the next ones its "Severity ... Engine instance" and "Data {...}".
+_SXID = re.compile(r"^nvidia-(nvswitch\d{1,3}): SXid \(PCI:([0-9a-fA-F:.]{1,24})\): (\d{1,6}), (.{0,300})")
+_SXID_KIND = re.compile(r"^(Fatal|Non-fatal), Link (\d{1,3})\b", re.I)
+
+
+@dataclass(frozen=True)
+class SxidEvent:
+    switch: str  # "nvswitch0"
+    bus: str
+    code: int
+    fatal: Optional[bool]  # None on a detail line ("Severity 1 Engine instance 60", "Data {...}")
+    link: Optional[int]
+    record: KernelRecord
+
+
 @dataclass(frozen=True)
 class KernelRecord:
     """One kernel log line with its prefix read: the message and when it was printed where the prefix says."""
@@ -160,9 +177,10 @@ def kernel_records(log: str) -> list:
 
 
 def judged(message: str) -> bool:
-    """The one filter of what the kernel-log checks judge: the driver's records and the kernel's PCIe
-    "limited by" notices (health_pcie). The scheduler hook keeps exactly these, so it sees what verify does."""
-    return message.startswith(DRIVER) or is_bandwidth_notice(message)
+    """The one filter of what the kernel-log checks judge: the driver's records, the NVSwitch driver's SXid
+    records and the kernel's PCIe "limited by" notices (health_pcie). The scheduler hook keeps exactly these,
+    so it sees what verify does."""
+    return message.startswith(DRIVER) or _SXID.match(message) is not None or is_bandwidth_notice(message)
 
 
 def driver_records(log: str) -> list:
@@ -213,6 +231,20 @@ def parse_xids(log: str) -> dict:
         count, _ = found[event.bus].get(event.code, (0, ""))
         found[event.bus][event.code] = (count + 1, event.record.line)
     return dict(found)
+
+
+def sxid_events(log: str) -> list:
+    """Kernel log text -> [SxidEvent] for each line the NVSwitch driver printed (its own record). Total."""
+    events = []
+    for record in kernel_records(log):
+        match = None if record.continuation else _SXID.match(record.message)
+        bus = _bus(match.group(2)) if match else None
+        if bus:
+            kind = _SXID_KIND.match(match.group(4))
+            fatal = None if kind is None else kind.group(1).lower() == "fatal"
+            events.append(SxidEvent(match.group(1), bus, int(match.group(3)), fatal,
+                                    int(kind.group(2)) if kind else None, record))
+    return events
 
 
 def resets(log: str) -> list:

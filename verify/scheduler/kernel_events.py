@@ -21,7 +21,15 @@ from dataclasses import dataclass
 from typing import Optional
 
 from verify.checks.health_xid import classify
-from verify.facts.kernel_log import MEMO_KEY, judged, kernel_records, lost_events, read_kernel_log, xid_events
+from verify.facts.kernel_log import (
+    MEMO_KEY,
+    judged,
+    kernel_records,
+    lost_events,
+    read_kernel_log,
+    sxid_events,
+    xid_events,
+)
 from verify.judging import verdicts
 from verify.node import Node
 from verify.result import Status
@@ -124,10 +132,12 @@ def read_since(node: Node, after_s: Optional[float], use_kmsg: bool) -> tuple:
 
 
 def failing_lines(text: str) -> list:
-    """The lines of FAIL-class driver events in `text` (Xid codes whose class FAILs, GPUs lost from the bus)."""
+    """The lines of FAIL-class driver events in `text` (Xid codes whose class FAILs, GPUs lost from the bus,
+    fatal NVSwitch SXids)."""
     kept = [e.record.line for e in xid_events(text)
             if verdicts.status_of(classify(e.code, e.record.line)[0]) is Status.FAIL]
     kept += [message for _, message, _ in lost_events(text)]
+    kept += [e.record.line for e in sxid_events(text) if e.fatal]  # a fatal SXid: reboot-class until the reboot
     return kept
 
 
