@@ -353,3 +353,38 @@ def test_uncorrectable_errors_are_said_as_the_increase_since_the_last_run():
     assert same.status is Status.WARN and same.details["action"] == "reset-gpu"  # still not reset: still its advice
     reloaded = health_gpu.judge_memory(gpu, {"ecc.errors.uncorrected.volatile.total": 9})  # the driver reloaded
     assert "5 uncorrectable ECC error(s) since the driver loaded" in reloaded.reason
+
+
+# ---- SRAM and DRAM apart (issue 36 item 1) -------------------------------------------------------------------
+
+def test_sram_errors_are_not_judged_as_rows_to_remap_and_keep_their_lifetime_count():
+    # the H200's real query row, with the counts of the issue's held-back case: 1 SRAM uncorrectable error since
+    # the driver loaded, 5 in the GPU's life (no public capture of a faulty SRAM row was found)
+    faulty = with_field(with_field(IDLE, "ecc.errors.uncorrected.volatile.sram", "1"),
+                        "ecc.errors.uncorrected.aggregate.sram", "5")
+    faulty = with_field(with_field(faulty, "ecc.errors.uncorrected.volatile.total", "1"),
+                        "ecc.errors.uncorrected.aggregate.total", "5")
+    result = health_gpu.judge_memory(health_smi.parse(faulty)[0])
+    assert result.status is Status.WARN and result.details["action"] == "reset-gpu"
+    assert "1 uncorrectable SRAM ECC error(s) since the driver loaded (5 in the GPU's lifetime)" in result.reason
+    assert "SRAM has no rows to remap" in result.reason and "remapped" not in result.reason
+    assert result.details["readings"]["ecc.errors.uncorrected.aggregate.sram"] == "5"
+
+
+def test_dram_errors_go_to_the_remapper_and_a_lifetime_only_count_is_watched():
+    dram = with_field(with_field(IDLE, "ecc.errors.uncorrected.volatile.dram", "2"),
+                      "ecc.errors.uncorrected.volatile.total", "2")
+    result = health_gpu.judge_memory(health_smi.parse(dram)[0])
+    assert result.details["action"] == "reset-gpu" and "DRAM" in result.reason
+    assert "its row is remapped at the next GPU reset" in result.reason and "SRAM" not in result.reason
+    old = with_field(with_field(IDLE, "ecc.errors.uncorrected.aggregate.sram", "5"),
+                     "ecc.errors.uncorrected.aggregate.total", "5")
+    watched = health_gpu.judge_memory(health_smi.parse(old)[0])
+    assert watched.details["action"] == "watch" and "5 uncorrectable SRAM ECC error(s) in the GPU's lifetime" in \
+        watched.reason
+
+
+def test_the_real_h200_row_reports_sram_and_dram_apart_and_is_healthy():
+    gpu = health_smi.parse(IDLE)[0]  # the healthy twin: the machine's own capture, every split counter 0
+    assert [gpu.number(name) for name in health_smi.SPLIT_ECC_FIELDS] == [0, 0, 0, 0]
+    assert health_gpu.judge_memory(gpu).status is Status.PASS

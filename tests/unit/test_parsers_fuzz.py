@@ -51,12 +51,14 @@ from verify.facts import (  # noqa: E402
     gpu_processes,
     gpu_query,
     health_smi,
+    ib_counters,
     kernel_log,
     links,
     nccl_settings,
     node_facts,
     pci_path,
     peer_access,
+    smi_q,
     versions,
 )
 from verify.fleet import baseline, baseline_rules, model  # noqa: E402
@@ -217,6 +219,18 @@ PARSERS = [
     Parser("verify.facts.kernel_log:parse_xids", lambda d: kernel_log.parse_xids(text(d)), (),
            _fixture("node/health/kernel_log_xid79_48_documented.txt",
                     "node/health/kernel_log_xid62_154_forum_595.71.05.txt")),
+    Parser("verify.facts.kernel_log:xid_events", lambda d: _xid_events_bounded(text(d)), (),
+           _fixture("node/health/public/kernel-log_faulty_ogkm1030-xid31-caller-column-590.48.01.txt",
+                    "node/health/public/kernel-log_faulty_gpud-xid119-xe9680.txt",
+                    "node/health/public/kernel-log_faulty_nvsentinel-xid74-link14.txt")),
+    Parser("verify.checks.health_ib:parse_rate", lambda d: _rate_bounded(text(d)), (),
+           [b"400 Gb/sec (4X NDR)\n", b"100 Gb/sec (4X EDR)", b"53.125 Gb/sec (2X HDR)"]),
+    Parser("verify.facts.ib_counters:parse_perfquery", lambda d: ib_counters.parse_perfquery(text(d)), (),
+           _fixture("node/health/public/perfquery-x_faulty_ibexporter-switch-linkdowned-discards.txt",
+                    "node/health/public/perfquery-x_healthy_ibexporter-hca-lid133.txt")),
+    Parser("verify.facts.smi_q:parse", lambda d: [smi_q.health_fields(g) for g in smi_q.parse(text(d))], (),
+           _fixture("node/health/public/nvidia-smi-q_faulty_gpud-a10-remap-pending-535.129.03.txt",
+                    "node/health/h200x2/cmd/nvidia-smi-q.stdout")),
     Parser("verify.facts.kernel_log:parse_lost", lambda d: kernel_log.parse_lost(text(d)), (),
            _fixture("node/health/kernel_log_fallen_off_bus_probe_source.txt",
                     "node/health/kernel_log_xid79_48_documented.txt")),
@@ -410,6 +424,23 @@ PARSERS = [
            lambda d: preflight_checks.max_mtu_from_ip(text(d)), (),
            _fixture("preflight/ip_d_j_link_show.json", "preflight/ip_d_link_show.txt")),
 ]
+
+
+def _xid_events_bounded(log: str) -> list:
+    """xid_events never raises, and every code it gives is bounded (None: unreadable)."""
+    events = kernel_log.xid_events(log)
+    for event in events:
+        assert event.code is None or 0 <= event.code < 10 ** kernel_log.MAX_CODE_DIGITS
+    return events
+
+
+def _rate_bounded(value: str):
+    """parse_rate gives None (unreadable) or a finite positive rate, never an exception."""
+    from verify.checks import health_ib
+
+    rate = health_ib.parse_rate(value)
+    assert rate is None or (math.isfinite(rate) and rate > 0), rate
+    return rate
 
 
 def _pcie(n: node.Node):
