@@ -83,6 +83,14 @@ cp "$work/busy.py" "$work/compete.py"
 start_competitor 120 "busy job"
 nvidia-smi --query-compute-apps=gpu_bus_id,pid,process_name,used_memory --format=csv >"$work/compute_apps_busy.csv" 2>&1 || true
 run_verify c_busy
+# The health hook while the job runs its GPUs at their power limit: a healthy node gives no WARN there.
+mkdir -p "$work/c_health"
+rc=0
+$py -m verify check --mode health --no-drain --state-dir "$work/hook-state" --report "$work/c_health/report.json" \
+  >"$work/c_health.log" 2>&1 || rc=$?
+note "== c_health (check --mode health under the job): exit $rc"
+check c_health '[k for k, r in rows.items() if k.startswith("health.gpu") and r["status"] == "WARN"] == []' \
+  "health hook under load: no GPU WARN (SW power cap is the GPU at work)"
 nvidia-smi --query-compute-apps=gpu_bus_id,pid,process_name,used_memory --format=csv >"$work/compute_apps_after.csv" 2>&1 || true
 stop_competitor
 check c_busy '[k for k, r in rows.items() if k.startswith("bench") and r["status"] == "FAIL"] == []' "busy: no benchmark FAIL"
@@ -132,12 +140,15 @@ if [ "$ngpu" -ge 2 ]; then
 fi
 
 # (f) fidelity
-note "== side by side, pairs serial"
-$py benchmarks/gpu_engines_side_by_side.py --json "$work/side_by_side.json" 2>&1 | tee -a "$summary" || true
-if [ "$ngpu" -ge 4 ]; then
-  note "== side by side, disjoint pairs concurrent"
-  $py benchmarks/gpu_engines_side_by_side.py --pair-schedule concurrent --json "$work/side_by_side_concurrent.json" \
-    2>&1 | tee -a "$summary" || true
+if [ -z "${SKIP_SIDE_BY_SIDE:-}" ]; then  # SKIP_SIDE_BY_SIDE=1: the fidelity tables are not needed again
+  note "== side by side, pairs serial"
+  $py benchmarks/gpu_engines_side_by_side.py --json "$work/side_by_side.json" 2>&1 | tee -a "$summary" || true
+  if [ "$ngpu" -ge 4 ]; then
+    note "== side by side, disjoint pairs concurrent"
+    $py benchmarks/gpu_engines_side_by_side.py --pair-schedule concurrent --json "$work/side_by_side_concurrent.json" \
+      2>&1 | tee -a "$summary" || true
+  fi
+
 fi
 
 for name in a1_idle b_reversed c_busy d_compete e_p2p_disabled; do

@@ -338,3 +338,17 @@ def test_health_p2p_after_the_benchmarks_is_cudas_own_answer_from_the_same_engin
         output(argv, missing=True)
     refused = next(r for r in local_run.peer_access_from_engine([earlier], {}, node) if r.check_id == "health.p2p")
     assert refused.status is Status.FAIL and refused.details["action"] == verdicts.REBOOT and "0->1" in refused.reason
+
+
+def test_the_in_process_all_reduce_names_its_transport_and_the_p2p_off_line_is_its_cause(tmp_path):
+    from verify.bench.nccl_parse import parse_nccl_debug
+
+    log = fixture("h200x4_engine_allreduce_p2p_disabled.log")
+    transport = parse_nccl_debug(log)
+    assert transport.kinds == ["SHM"] and transport.nvls is False
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc" / "nccl.conf").write_text("NCCL_NVLS_ENABLE=0\nNCCL_P2P_DISABLE=1\n")
+    row = slow_allreduce(transport.kinds)
+    causes.explain([row], Node(root=str(tmp_path)), environment={"HOME": "/root"})
+    assert "because NCCL_P2P_DISABLE=1 (/etc/nccl.conf line 2)" in row.reason and "NCCL used SHM" in \
+        row.details["cause"]["evidence"]
