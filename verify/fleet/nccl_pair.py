@@ -249,7 +249,6 @@ def launch(args: argparse.Namespace, root: str = "/") -> list:
 def launch_rail(args: argparse.Namespace, name: str, master_addr: str, port: int, root: str = "/") -> dict:
     """This host's side of the pair on one rail; the record (side 0: judged)."""
     from verify.bench.common import tail
-    from verify.engine import package_parent
     from verify.runner import run_command
 
     me = args.a if args.side == 0 else args.b
@@ -265,8 +264,7 @@ def launch_rail(args: argparse.Namespace, name: str, master_addr: str, port: int
         min_bytes=args.min_bytes, max_bytes=args.max_bytes, iters=args.iters, warmup=args.warmup,
         timeout_s=args.timeout_s, result_file=os.path.abspath(f"{args.result_file}.{name}"),
         sendrecv=not args.no_sendrecv)
-    env = {"PYTHONPATH": os.pathsep.join(p for p in (package_parent(), os.environ.get("PYTHONPATH", "")) if p),
-           **rail_env(rail, args.backend, gpu)}
+    env = rail_env(rail, args.backend, gpu)  # no PYTHONPATH: multinode.launcher_argv runs every rank isolated
     out = run_command(multinode.launcher_argv(run), timeout_s=args.timeout_s + 30, env=env)
     returncode = None if out.timed_out else out.returncode
     payload = multinode._read_json(run.result_file) if args.side == 0 else None
