@@ -127,7 +127,8 @@ def count_gpus(dev: str = "/dev") -> int:
 
 
 def find(wanted: str, extra: Sequence[str], runner=run_command, dev: str = "/dev") -> dict:
-    """The search's answer: {"used": path or None, "tried": [...], "gpus": N, "how": "..."}."""
+    """The search's answer: {"used": the interpreter that imports torch or None, "fallback": the one the node
+    run uses (used, else the first trusted candidate that ran), "tried": [...], "gpus": N, "how": "..."}."""
     tried: list = []
     if wanted:
         candidates, how = [wanted], "verify_node_python"
@@ -145,7 +146,10 @@ def find(wanted: str, extra: Sequence[str], runner=run_command, dev: str = "/dev
         if outcome["outcome"] == "torch":
             used = python
             break
-    return {"used": used, "how": how, "tried": tried, "gpus": count_gpus(dev)}
+    # The stdlib-only node run still needs an interpreter when none imports torch: the first that passed the
+    # checks and ran.
+    fallback = used or next((t["python"] for t in tried if t["outcome"] == "no torch" and "version" in t), None)
+    return {"used": used, "fallback": fallback, "how": how, "tried": tried, "gpus": count_gpus(dev)}
 
 
 def tried_text(search: dict) -> str:
