@@ -1,0 +1,118 @@
+"""Planted attacks on what root imports and where it writes on the controller (issue 37 items 1 and 3): a
+`sitecustomize.py` and a `torch/distributed/run.py` of `nobody`'s in verify_node_pythonpath, and an inventory
+host named `../../escape10`. Every Python the playbooks start runs -I through verify.isolated, which refuses
+a directory others can change naming its owner before anything is imported; the run directory step refuses
+a host name that is not one path component before anything is made."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.helpers.other_user import give, needs_root, shared_dir
+from verify.isolated import BOOTSTRAP
+from verify.safe_io import check_plain_component, is_plain_component
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = needs_root
+TASK_FILES = [REPO / "playbooks" / "verify.yml", *sorted((REPO / "roles" / "verify_node" / "tasks").glob("*.yml"))]
+
+
+@pytest.fixture
+def planted(reachable) -> Path:
+    """verify_node_pythonpath pointing at nobody's directory: a sitecustomize.py and a torch whose
+    torch.distributed.run leave the mark `pwned` when imported."""
+    home = shared_dir(reachable / "torch-of-nobody")
+    code = f"open({str(reachable / 'pwned')!r}, 'w').write(__name__)\n"
+    for name in ("sitecustomize.py", "torch/__init__.py", "torch/distributed/__init__.py", "torch/distributed/run.py"):
+        path = home / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(code)
+    for path in [home, *home.rglob("*")]:
+        give(path)
+    return home
+
+
+def isolated(extra: str, module: str, *args: str, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-I", "-B", "-c", BOOTSTRAP, str(REPO), extra, module, *args],
+                          capture_output=True, text=True, timeout=120, cwd="/", check=False, **kwargs)
+
+
+def test_the_planted_sitecustomize_ran_as_root_the_old_way(planted):
+    """The attack is real: PYTHONPATH=verify_node_pythonpath, as the tasks set it, ran nobody's code."""
+    subprocess.run([sys.executable, "-c", "pass"], env={"PYTHONPATH": str(planted)}, timeout=60, check=False)
+    assert (planted.parent / "pwned").exists()
+
+
+def test_a_directory_of_another_users_is_refused_naming_its_owner_before_anything_runs(planted):
+    done = isolated(str(planted), "torch.distributed.run", "--help")
+    assert done.returncode == 2
+    assert f"import directory {planted}" in done.stderr and "owned by uid 65534" in done.stderr
+    assert not (planted.parent / "pwned").exists()
+
+
+def test_the_environment_never_reaches_an_isolated_python(planted):
+    done = isolated("", "verify.fleet.rundir", "--help", env={"PYTHONPATH": str(planted), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0 and "usage:" in done.stdout
+    assert not (planted.parent / "pwned").exists()
+
+
+def test_a_trusted_extra_directory_is_imported_from(tmp_path):
+    (tmp_path / "extra").mkdir()
+    (tmp_path / "extra" / "tunefleet_probe_mod.py").write_text("print('imported from the extra directory')\n")
+    done = isolated(str(tmp_path / "extra"), "tunefleet_probe_mod")
+    assert done.returncode == 0 and "imported from the extra directory" in done.stdout, done.stderr
+
+
+def _commands(node, found: list) -> list:
+    if isinstance(node, dict):
+        command = node.get("ansible.builtin.command")
+        if isinstance(command, dict):
+            found.append((node.get("name"), command.get("argv"), node.get("environment") or {}))
+        for value in node.values():
+            _commands(value, found)
+    elif isinstance(node, list):
+        for value in node:
+            _commands(value, found)
+    return found
+
+
+def test_every_python_the_playbooks_start_runs_isolated_through_the_one_bootstrap():
+    roles_vars = yaml.safe_load((REPO / "roles" / "verify_node" / "vars" / "main.yml").read_text())
+    assert roles_vars["__verify_node_isolated"] == BOOTSTRAP
+    pythons = 0
+    for path in TASK_FILES:
+        for name, argv, environment in _commands(yaml.safe_load(path.read_text()), []):
+            text = argv if isinstance(argv, str) else " ".join(map(str, argv or []))
+            assert "PYTHONPATH" not in environment and "PYTHONPATH" not in text, (path.name, name)
+            if "python" in text.split("-I")[0] or " -m " in f" {text} ":
+                pythons += 1
+                assert "-I" in text and "__verify_node_isolated" in text and " -m " not in f" {text} ", (path.name, name)
+    assert pythons >= 12  # rundir, bundle (twice), finder, noderun, multinode, rails, pairs, collect, blame, ...
+
+
+def test_a_host_name_that_is_not_one_component_is_refused_before_the_run_directory_is_made(tmp_path):
+    parent = tmp_path / "reports"
+    parent.mkdir(mode=0o700)
+    done = isolated("", "verify.fleet.rundir", str(parent), "--host=good-node", "--host=../../escape10")
+    assert done.returncode == 2 and "inventory host name '../../escape10'" in done.stderr
+    assert list(parent.iterdir()) == []
+    assert isolated("", "verify.fleet.rundir", str(parent), "--host=gpu-node-01").returncode == 0
+
+
+@pytest.mark.parametrize("name", ["../../escape10", "..", ".", "", "a/b", "x\0y"])
+def test_the_one_rule_for_names_that_become_paths(name):
+    assert not is_plain_component(name)
+    with pytest.raises(ValueError, match="cannot name a directory"):
+        check_plain_component(name, "inventory host name")
+
+
+def test_the_role_writes_host_reports_only_under_the_checked_host_directory():
+    for path in TASK_FILES:
+        text = path.read_text()
+        assert "{{ inventory_hostname }}/" not in text and "/{{ inventory_hostname }}\"" not in text, path.name
+    main = yaml.safe_load((REPO / "roles" / "verify_node" / "tasks" / "main.yml").read_text())
+    assert "inventory_hostname in (__verify_node_checked_hosts | default([]))" in main[0]["ansible.builtin.assert"]["that"]
