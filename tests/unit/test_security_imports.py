@@ -116,3 +116,31 @@ def test_the_role_writes_host_reports_only_under_the_checked_host_directory():
         assert "{{ inventory_hostname }}/" not in text and "/{{ inventory_hostname }}\"" not in text, path.name
     main = yaml.safe_load((REPO / "roles" / "verify_node" / "tasks" / "main.yml").read_text())
     assert "inventory_hostname in (__verify_node_checked_hosts | default([]))" in main[0]["ansible.builtin.assert"]["that"]
+
+
+def test_an_inventory_of_another_users_is_refused_before_ansible_runs_it(reachable):
+    """A dynamic inventory script of nobody's ran as root under `sudo tunefleet verify -i`: refused by name."""
+    from verify.fleet.run import InventoryError, check_inventory
+
+    script = reachable / "inventory.py"
+    mark = reachable / "pwned"
+    script.write_text(f"#!/bin/sh\ntouch {mark}\necho '{{}}'\n")
+    script.chmod(0o755)
+    give(script)
+    with pytest.raises(InventoryError, match="owned by uid 65534"):
+        check_inventory(str(script))
+    assert not mark.exists()
+    directory = reachable / "inventory-dir"
+    (directory / "group_vars").mkdir(parents=True)
+    (directory / "hosts.ini").write_text("node1\n")
+    planted = directory / "group_vars" / "all.yml"
+    planted.write_text("verify_node_python: /home/nobody/python3\n")
+    give(planted)
+    with pytest.raises(InventoryError, match=f"{planted}.*owned by uid 65534"):
+        check_inventory(str(directory))
+    beside = reachable / "inventory-file"
+    beside.mkdir()
+    (beside / "hosts.ini").write_text("node1\n")
+    shared_dir(beside / "host_vars")
+    with pytest.raises(InventoryError, match="host_vars.*owned by uid 65534"):
+        check_inventory(str(beside / "hosts.ini"))
