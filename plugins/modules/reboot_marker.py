@@ -179,7 +179,8 @@ def read_marker(root: str, path: str) -> Earlier:
             raise MarkerError(f"reboot_marker_path {path}: cannot be examined ({exc.strerror})") from None
         if stat.S_ISLNK(info.st_mode):
             # Reading through it as root could disclose any file; it is replaced or removed instead.
-            return Earlier(present=True, problem=f"is a symlink (to {os.readlink(name, dir_fd=dir_fd)!r}), not followed")
+            target = os.readlink(name, dir_fd=dir_fd)
+            return Earlier(present=True, problem=f"is a symlink (to {target!r}), not followed")
         if not stat.S_ISREG(info.st_mode):
             raise MarkerError(f"reboot_marker_path {path}: is not a regular file (a directory?); "
                               "nothing was changed; move it aside")

@@ -69,7 +69,8 @@ def test_none_imports_torch_names_every_interpreter_tried(venvs, tmp_path):
     assert [t["python"] for t in search["tried"]] == [str(venvs["none"]), SYSTEM_PYTHON]
     assert search["fallback"] == str(venvs["none"])  # the stdlib-only checks still run
     # The GPU rows are "could not be checked" (ERROR, exit 3), naming both, not SKIP "not installed"
-    skipped = [CheckResult("bench.gpu", "bench", Status.SKIP, reason="PyTorch is not installed (the GPU engines need it)"),
+    skipped = [CheckResult("bench.gpu", "bench", Status.SKIP,
+                           reason="PyTorch is not installed (the GPU engines need it)"),
                CheckResult("bench.storage", "bench", Status.PASS, reason="fine")]
     rows = torch_rows_unchecked(skipped, search)
     assert rows[0].status == Status.ERROR and rows[1].status == Status.PASS
@@ -81,8 +82,9 @@ def test_the_real_gpu_row_without_torch_becomes_could_not_be_checked(monkeypatch
     import verify.bench.gpu as gpu
 
     monkeypatch.setattr(gpu, "module_available", lambda name: False)  # this interpreter without torch
-    rows = torch_rows_unchecked(gpu_run(None, None, None), {"used": None, "gpus": 4, "tried": [
-        {"python": "/usr/bin/python3", "outcome": "no torch", "detail": "ModuleNotFoundError: No module named 'torch'"}]})
+    tried = [{"python": "/usr/bin/python3", "outcome": "no torch",
+              "detail": "ModuleNotFoundError: No module named 'torch'"}]
+    rows = torch_rows_unchecked(gpu_run(None, None, None), {"used": None, "gpus": 4, "tried": tried})
     assert rows[0].status == Status.ERROR and "/usr/bin/python3" in rows[0].reason
 
 

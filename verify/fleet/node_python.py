@@ -106,7 +106,8 @@ def try_candidate(python: str, extra: Sequence[str], runner=run_command) -> dict
     out = runner([python, "-I", "-c", PROBE, ":".join(extra)], timeout_s=PROBE_TIMEOUT_S, env=clean_env())
     answer = _answer(out.stdout or "")
     if not isinstance(answer, dict):
-        why = "timed out" if out.timed_out else ((out.stderr or "").strip().splitlines() or [f"exit {out.returncode}"])[-1]
+        lines = (out.stderr or "").strip().splitlines() or [f"exit {out.returncode}"]
+        why = "timed out" if out.timed_out else lines[-1]
         return dict(tried, outcome="no torch", detail=f"the probe did not answer: {why[:300]}")
     for entry in answer.get("path") or []:
         if os.path.isdir(entry):
@@ -134,7 +135,8 @@ def find(wanted: str, extra: Sequence[str], runner=run_command, dev: str = "/dev
         candidates, how = [wanted], "verify_node_python"
     else:
         login, why = login_python(runner)
-        candidates, how = [c for c in (login, SYSTEM_PYTHON) if c], "python3 on root's login PATH, then " + SYSTEM_PYTHON
+        candidates = [c for c in (login, SYSTEM_PYTHON) if c]
+        how = "python3 on root's login PATH, then " + SYSTEM_PYTHON
         if why:
             tried.append({"python": "python3", "resolved": "", "outcome": "missing", "detail": why})
     used = None
