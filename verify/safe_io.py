@@ -391,6 +391,14 @@ def check_plain_component(name: str, what: str) -> str:
     return name
 
 
+def check_not_option(value: str, what: str) -> str:
+    """`value` (a host, an address, an interface from an inventory, a node or a user) when a tool can never read
+    it as an option: not empty, no leading '-', no whitespace or NUL; ValueError naming `what` otherwise."""
+    if not value or value.startswith("-") or any(c.isspace() or c == "\0" for c in value):
+        raise ValueError(f"{what} {value!r} could be read as an option or split by a tool: refusing to pass it on")
+    return value
+
+
 def trusted_import_dirs(entries) -> list:
     """The absolute directories of `entries` (verify_node_pythonpath, a work directory) to put on sys.path of a
     Python running as root, each after check_dir_trusted: UnsafePathError naming the directory and its owner

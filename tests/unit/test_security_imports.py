@@ -14,7 +14,7 @@ import yaml
 
 from tests.helpers.other_user import give, needs_root, shared_dir
 from verify.isolated import BOOTSTRAP
-from verify.safe_io import check_plain_component, is_plain_component
+from verify.safe_io import check_not_option, check_plain_component, is_plain_component
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = needs_root
@@ -146,3 +146,21 @@ def test_an_inventory_of_another_users_is_refused_before_ansible_runs_it(reachab
     shared_dir(beside / "host_vars")
     with pytest.raises(InventoryError, match="host_vars.*owned by uid 65534"):
         check_inventory(str(beside / "hosts.ini"))
+
+
+@pytest.mark.parametrize("value", ["-oProxyCommand=touch /tmp/x", "--help", "", "a b"])
+def test_a_value_that_a_tool_could_read_as_an_option_is_refused(value, tmp_path):
+    for refused in (value, value + "\0"):
+        with pytest.raises(ValueError, match="could be read as an option"):
+            check_not_option(refused, "--server-addr")
+    out = tmp_path / "pair.json"
+    done = isolated("", "verify.fleet.rdma_pair", f"--server-addr={value}", "--server-host=n2", "--client-host=n1",
+                    f"--out={out}")
+    assert done.returncode == 2 and "could be read as an option" in done.stderr and not out.exists()
+
+
+def test_an_inventory_name_that_reads_as_an_option_is_refused_before_the_run_directory(tmp_path):
+    parent = tmp_path / "reports"
+    parent.mkdir(mode=0o700)
+    done = isolated("", "verify.fleet.rundir", str(parent), "--host=-oProxyCommand=x")
+    assert done.returncode == 2 and "could be read as an option" in done.stderr and list(parent.iterdir()) == []

@@ -15,7 +15,13 @@ import stat
 import sys
 from typing import Optional, Sequence
 
-from verify.safe_io import UnsafePathError, check_plain_component, make_unique_dir, open_trusted_dir
+from verify.safe_io import (
+    UnsafePathError,
+    check_not_option,
+    check_plain_component,
+    make_unique_dir,
+    open_trusted_dir,
+)
 
 
 def new_run_dir(parent: str) -> str:
@@ -50,6 +56,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         for host in args.host:  # before anything is made: a name like ../../x would write outside the run
             check_plain_component(host, "inventory host name")
+            check_not_option(host, "inventory host name")  # it reaches ssh, perftest and torchrun argv too
         if args.claim:
             if "/" in args.claim or args.claim in (".", ".."):
                 raise UnsafePathError(1, f"verify_node_run_id {args.claim!r} must be a plain directory name")
