@@ -78,6 +78,7 @@ def open_root_dir(directory: str, create: bool = False, mode: int = 0o700) -> in
             if name in (".", ".."):
                 raise LedgerError(f"{directory}: '.' and '..' are not followed")
             here = os.path.join(where, name)
+            made = False
             try:
                 info = os.stat(name, dir_fd=fd, follow_symlinks=False)
             except FileNotFoundError:
@@ -85,6 +86,7 @@ def open_root_dir(directory: str, create: bool = False, mode: int = 0o700) -> in
                     raise
                 with contextlib.suppress(FileExistsError):
                     os.mkdir(name, mode, dir_fd=fd)
+                    made = True
                 info = os.stat(name, dir_fd=fd, follow_symlinks=False)
             if stat.S_ISLNK(info.st_mode):
                 links += 1
@@ -98,6 +100,8 @@ def open_root_dir(directory: str, create: bool = False, mode: int = 0o700) -> in
                     fd, where = os.open("/", _DIR_FLAGS), "/"
                 continue
             child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            if made:
+                os.fchmod(child, mode)  # whatever the umask
             why = _untrusted(os.fstat(child), passing=bool(parts))
             os.close(fd)
             fd, where = child, here
@@ -108,6 +112,28 @@ def open_root_dir(directory: str, create: bool = False, mode: int = 0o700) -> in
     except BaseException:
         os.close(fd)
         raise
+
+
+def make_dirs(directory: str, mode: int = 0o755) -> None:
+    """`directory` and its missing parents (made with `mode`), by open_root_dir's walk."""
+    os.close(open_root_dir(directory, create=True, mode=mode))
+
+
+def remove_in_root_dir(where: str, directory: bool = False) -> None:
+    """Remove the file (or empty directory) `where` by its parent's descriptor (open_root_dir): a link on the
+    way is never followed, a link at `where` itself is removed, never its target. Absent: nothing to do."""
+    try:
+        dir_fd = open_root_dir(os.path.dirname(where))
+    except FileNotFoundError:
+        return
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            if directory:
+                os.rmdir(os.path.basename(where), dir_fd=dir_fd)
+            else:
+                os.unlink(os.path.basename(where), dir_fd=dir_fd)
+    finally:
+        os.close(dir_fd)
 
 
 def private_dir_fd(directory: str) -> int:

@@ -21,6 +21,7 @@ from ansible_collections.tunefleet.gpu_node.plugins.module_utils.ledger_core imp
     on_node,
     open_root_dir,
     read_live_value,
+    remove_in_root_dir,
     same_file,
     same_value,
     service_state,
@@ -89,12 +90,11 @@ def _reloads_for(changed_files: List[str]) -> List[str]:
 def _restore_file(root: str, path: str, recorded: dict) -> None:
     where = on_node(root, path)
     if recorded["state"] == "absent":
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(where)
+        remove_in_root_dir(where)
         # Directories the roles created for this file go too, if nothing else lives there.
         for directory in reversed(recorded.get("created_dirs", [])):
             try:
-                os.rmdir(on_node(root, directory))
+                remove_in_root_dir(on_node(root, directory), directory=True)
             except OSError as exc:
                 if exc.errno not in (errno.ENOENT, errno.ENOTEMPTY, errno.EEXIST):
                     raise
