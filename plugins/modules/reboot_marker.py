@@ -34,6 +34,13 @@ options:
     description: With no O(reasons), remove a marker from this boot too (C(playbooks/restore.yml) sets it).
     type: bool
     default: false
+  read_only:
+    description:
+      - Only read the marker (the reboot role's check before rebooting) and return O(path)'s state and reasons in
+        RV(present) and RV(reasons); nothing is written. The marker's directory is walked by descriptor as for a
+        write, so a path through another user's symlink is refused and a marker that is a link is never read.
+    type: bool
+    default: false
   root:
     description: Tree holding C(/proc) and O(path); only tests change it.
     type: path
@@ -51,6 +58,15 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+present:
+  description: With O(read_only), whether a marker is there.
+  returned: when read_only
+  type: bool
+reasons:
+  description: With O(read_only), the marker's reasons (a marker without readable reasons gives one generic reason).
+  returned: when read_only
+  type: list
+  elements: str
 pending:
   description: Why a reboot is still needed - this run's reasons, else a kept marker's from this boot, else empty.
   returned: always
@@ -289,12 +305,23 @@ def apply(root: str, path: str, reasons: List[str], forget_earlier: bool, check_
     return result
 
 
+def read_only(root: str, path: str) -> dict:
+    """What the reboot role needs before rebooting: whether a marker is there and its reasons (never written)."""
+    earlier = read_marker(root, path)
+    reasons = list(earlier.reasons or []) or ([UNNAMED_REASON] if earlier.present else [])
+    result = {"changed": False, "path": path, "present": earlier.present, "reasons": reasons}
+    if earlier.problem:
+        result["earlier_problem"] = f"{path} {earlier.problem}"
+    return result
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "path": {"type": "path", "default": "/var/lib/tunefleet/reboot-required"},
             "reasons": {"type": "list", "elements": "str", "default": []},
             "forget_earlier": {"type": "bool", "default": False},
+            "read_only": {"type": "bool", "default": False},
             "root": {"type": "path", "default": "/"},
         },
         supports_check_mode=True,
@@ -302,6 +329,8 @@ def main() -> None:
     with failing_cleanly(module, "tunefleet.gpu_node.reboot_marker"):
         p = module.params
         try:
+            if p["read_only"]:
+                module.exit_json(**read_only(p["root"], p["path"]))
             result = apply(p["root"], p["path"], p["reasons"], p["forget_earlier"], module.check_mode)
         except MarkerError as exc:
             module.fail_json(msg=str(exc))

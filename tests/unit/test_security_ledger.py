@@ -85,3 +85,22 @@ def test_a_root_owned_link_on_the_way_is_still_followed(tmp_path):
     (tmp_path / "via").symlink_to(real)
     core.save_ledger("/", f"{tmp_path}/via/lib/ledger.json", core.empty_ledger())
     assert (real / "lib" / "ledger.json").is_file() and stat.S_IMODE((real / "lib").stat().st_mode) == 0o700
+
+
+def test_the_reboot_role_reads_the_marker_without_following_a_link(reachable, roots_dir, tmp_path):
+    """The reboot role read the marker with slurp (any file, as root); the module's read refuses a path
+    through nobody's link and never reads a marker that is a link (to a root-only file)."""
+    link = sticky_tmp(reachable) / "state"
+    link.symlink_to(roots_dir)
+    give(link)
+    with pytest.raises(reboot_marker.MarkerError, match="symlink of uid 65534"):
+        reboot_marker.read_only("/", f"{link}/reboot-required")
+    secret = tmp_path / "shadow"
+    secret.write_text('{"boot_id": "x", "reasons": ["root:$6$secret"]}')
+    secret.chmod(0o600)
+    state = reachable / "var-lib-tunefleet"
+    state.mkdir(mode=0o700)
+    (state / "reboot-required").symlink_to(secret)
+    found = reboot_marker.read_only("/", f"{state}/reboot-required")
+    assert found["present"] and "secret" not in json.dumps(found) and "not followed" in found["earlier_problem"]
+    assert "ansible.builtin.slurp" not in (REPO / "roles" / "reboot" / "tasks" / "reboot.yml").read_text()
