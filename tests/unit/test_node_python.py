@@ -133,3 +133,16 @@ def test_the_finder_runs_isolated_from_the_command_line(venvs, tmp_path):
     assert done.returncode == 0, done.stderr
     assert json.loads(out.read_text())["used"] == str(venvs["torch"])
     assert oct(os.stat(out).st_mode & 0o777) == "0o600"
+
+
+def test_the_node_run_carries_the_search_into_the_desired_state(tmp_path):
+    from verify.noderun import spec_with_python
+
+    spec = tmp_path / "desired_state.json"
+    spec.write_text(json.dumps({"verify": {"benchmarks": ["quick"]}}))
+    search = tmp_path / "python.json"
+    search.write_text(json.dumps({"used": None, "fallback": "/usr/bin/python3", "gpus": 2, "tried": []}))
+    search.chmod(0o600)
+    carried = json.loads(Path(spec_with_python(str(spec), str(search))).read_text())
+    assert carried["verify"]["benchmarks"] == ["quick"]
+    assert carried["verify"]["python"]["gpus"] == 2 and carried["verify"]["python"]["running"] == sys.executable
