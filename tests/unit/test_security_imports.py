@@ -164,3 +164,22 @@ def test_an_inventory_name_that_reads_as_an_option_is_refused_before_the_run_dir
     parent.mkdir(mode=0o700)
     done = isolated("", "verify.fleet.rundir", str(parent), "--host=-oProxyCommand=x")
     assert done.returncode == 2 and "could be read as an option" in done.stderr and list(parent.iterdir()) == []
+
+
+def test_a_spec_or_vars_file_of_another_users_is_refused_by_name(reachable):
+    """What root checks, measures and passes to tools comes from the desired state: like --inject, a file
+    another user can change is refused naming the owner before it is parsed."""
+    from verify.desired import SpecError, load_spec_file, load_vars_file
+
+    spec = reachable / "desired_state.json"
+    spec.write_text('{"verify": {"benchmarks": []}}')
+    give(spec)
+    with pytest.raises(SpecError, match=f"desired state {spec}.*owned by uid 65534"):
+        load_spec_file(str(spec))
+    planted = reachable / "vars.yml"
+    planted.write_text("verify_thresholds: {nccl_allreduce_busbw_gbps: 0.001}\n")
+    planted.chmod(0o666)
+    with pytest.raises(SpecError, match="vars file .*writable by everyone"):
+        load_vars_file(str(planted))
+    planted.chmod(0o644)
+    assert load_vars_file(str(planted)) == {"verify_thresholds": {"nccl_allreduce_busbw_gbps": 0.001}}
