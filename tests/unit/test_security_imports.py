@@ -183,3 +183,15 @@ def test_a_spec_or_vars_file_of_another_users_is_refused_by_name(reachable):
         load_vars_file(str(planted))
     planted.chmod(0o644)
     assert load_vars_file(str(planted)) == {"verify_thresholds": {"nccl_allreduce_busbw_gbps": 0.001}}
+
+
+def test_a_rail_name_that_would_leave_the_work_directory_is_refused_before_anything_starts(tmp_path):
+    """A rail names this host's result file (<result-file>.<rail>): `../../etc/x` would have put root's write
+    outside the node's work directory."""
+    from verify.fleet.nccl_pair import build_parser, launch
+
+    args = build_parser().parse_args(["launch", "--a", "h0", "--b", "h1", "--side", "0", "--rail=../../../etc/x",
+                                      "--master-addr", "10.0.0.1", "--result-file", str(tmp_path / "m"),
+                                      "--out", str(tmp_path / "o.json")])
+    [record] = launch(args, root=str(tmp_path))
+    assert record["status"] == "ERROR" and "cannot name a file" in record["reason"]

@@ -237,6 +237,13 @@ def launch(args: argparse.Namespace, root: str = "/") -> list:
     """Run this host's side of the pair on each of its rails, one after the other; one record per
     rail (side 0's judged). Rail i meets at its own --master-addr (side 0's address on that rail) on
     --master-port + i."""
+    from verify.safe_io import is_plain_component
+
+    # A rail names this host's result file (<result-file>.<rail>): one path component only (safe_io's rule).
+    unsafe = [name for name in args.rail if not is_plain_component(name) or name.startswith("-")]
+    if unsafe:
+        return [_error_record(name, f"rail name {name!r} cannot name a file or an argument: refused", "")
+                for name in args.rail]
     addrs = list(args.master_addr)
     if len(addrs) == 1:
         addrs *= len(args.rail)
