@@ -95,7 +95,7 @@ pytest: $(STAMP) image
 ## fuzz: the property tests (parsers, our own files' readers, every judge's bounds, engine payloads) with a
 ## random seed and many more examples (FUZZ_EXAMPLES, default 1500)
 FUZZ_TESTS := tests/unit/test_parsers_fuzz.py tests/unit/test_readers_total.py tests/unit/test_bench_bounds.py \
-  tests/unit/test_engine_payloads.py tests/unit/test_bench_gpu.py
+  tests/unit/test_engine_payloads.py tests/unit/test_bench_gpu.py tests/unit/test_functions_total.py
 fuzz: $(STAMP)
 	TUNEFLEET_HYPOTHESIS_PROFILE=fuzz $(BIN)/pytest -q -p no:cacheprovider $(FUZZ_TESTS) -k "total or garbage or bound or payload" \
 	  2>&1 | grep -E '^(E  +(AssertionError|[A-Za-z.]*Hang)|FAILED)|passed|failed' | cut -c1-400

@@ -5,17 +5,20 @@ A run builds only its own verb's parser (`verb_of`): the scheduler's prolog star
 job start, and building every verb's parser imported the fleet, history and scheduler modules it never
 runs. `tunefleet --help`, no verb or an unknown word build them all, so the help lists every verb.
 
-Exit status of verify and bench: 0 nothing failed, 1 something FAILED, 2 something could not be
-checked (ERROR) or bad input, 128 + signal when interrupted (130 Ctrl-C, 143 SIGTERM).
+Exit status (verify.result EXIT_*): 0 nothing failed, 1 something FAILED, 2 bad input, 3 something could
+not be checked (ERROR), 70 tunefleet itself failed (`failed_unexpectedly`: one line, never a traceback),
+128 + signal when interrupted (130 Ctrl-C, 143 SIGTERM).
 """
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import traceback
 from typing import Optional, Sequence
 
 from verify import __version__
-from verify.result import EXIT_CODES_HELP
+from verify.result import EXIT_CODES_HELP, EXIT_INTERNAL_ERROR
 
 FORMATS = ("json", "md", "html", "junit", "prom")
 VERBS = ("verify", "report", "baseline", "bench", "history", "ack", "check", "profiles", "spec")
@@ -127,6 +130,47 @@ def add_verify_parser(sub) -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(verb_of(argv)).parse_args(argv)
+    try:
+        return dispatch(args)
+    except Exception as exc:  # noqa: BLE001 - the one place an unforeseen error becomes exit 70, not a traceback
+        return failed_unexpectedly(args, exc)
+
+
+# The options that name what a command reads: the line of an unforeseen error lists them.
+INPUT_OPTIONS = ("spec", "profile", "vars", "root", "inject", "state_dir", "inventory", "directory", "baseline",
+                 "rules", "history", "name")
+MAX_LINE = 600
+
+
+def failed_unexpectedly(args: argparse.Namespace, exc: BaseException) -> int:
+    """An error no reader foresaw: one printable line (what, where in tunefleet, the command's inputs) and
+    EXIT_INTERNAL_ERROR, which no hook reads as a FAIL (deploy/slurm: "could not check"; NPD: Unknown)."""
+    where = ""
+    top = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    ours = tuple(os.path.join(top, name) + os.sep for name in ("verify", "plugins"))
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        if os.path.abspath(frame.filename).startswith(ours):
+            where = f" at {os.path.relpath(frame.filename, top)}:{frame.lineno} ({frame.name})"
+            break
+    inputs = []
+    for name in INPUT_OPTIONS:
+        value = getattr(args, name, None)
+        values = value if isinstance(value, list) else [value]
+        inputs += [f"--{name.replace('_', '-')} {v}" for v in values if isinstance(v, str) and v]
+    filename = getattr(exc, "filename", None)
+    if isinstance(filename, str) and filename:
+        inputs.insert(0, f"file {filename}")
+    command = f"tunefleet {args.command}" + (f" --mode {args.mode}" if getattr(args, "mode", None) else "")
+    line = (f"{command}: internal error (exit {EXIT_INTERNAL_ERROR}, no verdict): {type(exc).__name__}: "
+            f"{str(exc)[:200]}{where}; inputs: {', '.join(inputs) or 'none'}")
+    line = " ".join("".join(ch if ch.isprintable() else " " for ch in line).split())[:MAX_LINE]
+    # node-problem-detector shows a plugin's stdout as the condition's message; every other caller logs stderr
+    npd = args.command == "check" and getattr(args, "mode", None) == "npd"
+    print(line, file=sys.stdout if npd else sys.stderr, flush=True)
+    return EXIT_INTERNAL_ERROR
+
+
+def dispatch(args: argparse.Namespace) -> int:
     if args.command == "verify" and not args.inventory and (args.baseline or args.rules):
         print("tunefleet verify: --baseline/--rules judge a fleet run: use them with -i INVENTORY "
               "(or `tunefleet report DIR --baseline FILE`)", file=sys.stderr)

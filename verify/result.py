@@ -53,9 +53,14 @@ EXIT_OK = 0  # nothing failed
 EXIT_FAILED = 1  # a check or benchmark FAILed: the node is wrong
 EXIT_BAD_INPUT = 2  # bad command line, file or inventory: nothing was checked (argparse uses 2 too)
 EXIT_COULD_NOT_CHECK = 3  # nothing failed, but something could not be checked (ERROR, unreachable host)
+# tunefleet itself stopped on an error it did not foresee (a bug, or damaged input no reader refused): no
+# verdict. sysexits.h's EX_SOFTWARE ("internal software error"); never 1, so a scheduler hook never
+# drains a node for tunefleet's own fault (deploy/slurm maps it to "could not check", NPD to Unknown).
+EXIT_INTERNAL_ERROR = 70
 EXIT_CODES_HELP = (
     "exit codes: 0 nothing failed; 1 a check failed; 2 bad input (nothing was checked); "
-    "3 nothing failed but something could not be checked; 128+N stopped by signal N (130 Ctrl-C, 143 SIGTERM)"
+    "3 nothing failed but something could not be checked; 70 tunefleet itself failed (no verdict; one line "
+    "names the error and the inputs); 128+N stopped by signal N (130 Ctrl-C, 143 SIGTERM)"
 )
 
 

@@ -14,7 +14,29 @@ from ansible_collections.tunefleet.gpu_node.plugins.module_utils.kernel_rules im
     parse_pam_limits,
 )
 
-SYSTEMD_VALUE = re.compile(r"(infinity|\d+)(:(infinity|\d+))?")
+# A limit is a 64-bit count: ASCII digits, at most 20 of them, matched before any int() (a 5000-digit value
+# or a superscript digit, which str.isdigit() accepts, raised ValueError).
+SYSTEMD_VALUE = re.compile(r"(infinity|[0-9]{1,20})(:(infinity|[0-9]{1,20}))?")
+WHOLE = re.compile(r"[0-9]{1,20}")
+MAX_VALUE_TEXT = 64
+
+
+def _text(value: object, name: str, what: str) -> str:
+    """The value as the filter reads it, refused by name when it cannot be one (a boolean, a huge number)."""
+    if isinstance(value, bool):
+        raise AnsibleFilterError(f"{name}: {value!r} is a boolean; use {what}")
+    if isinstance(value, int) and not -1 <= value < 1 << 64:
+        raise AnsibleFilterError(f"{name}: a number of {value.bit_length()} bits is not a limit; use {what}")
+    text = value if isinstance(value, str) else str(value) if isinstance(value, (int, float)) else None
+    if text is None or len(text) > MAX_VALUE_TEXT:
+        raise AnsibleFilterError(f"{name}: {str(type(value).__name__)} value is not {what}")
+    return text.strip()
+
+
+def _ceiling(ceiling: object) -> object:
+    """fs.nr_open as a number, or None when unknown or not a whole number."""
+    text = str(ceiling).strip() if isinstance(ceiling, (str, int)) and not isinstance(ceiling, bool) else ""
+    return int(text) if WHOLE.fullmatch(text) else None
 
 
 def limits_pam_value(value: object, name: str, unlimited_ok: bool = True, ceiling: object = None) -> str:
@@ -23,37 +45,33 @@ def limits_pam_value(value: object, name: str, unlimited_ok: bool = True, ceilin
     nofile cannot be unlimited and must not exceed fs.nr_open: pam_limits then fails the
     whole login session, which locks users (and ssh) out of the node.
     """
-    if isinstance(value, bool):
-        raise AnsibleFilterError(f"{name}: {value!r} is a boolean; use a number or 'unlimited'")
-    text = str(value).strip()
+    text = _text(value, name, "a number or 'unlimited'")
     if text in ("unlimited", "infinity", "-1"):
         if not unlimited_ok:
             raise AnsibleFilterError(f"{name}: {text!r} is not allowed; give a number (at most fs.nr_open)")
         return "unlimited"
-    if not text.isdigit():
-        raise AnsibleFilterError(f"{name}: {value!r} is not a whole number or 'unlimited'")
-    if ceiling is not None and str(ceiling).strip().isdigit() and int(text) > int(str(ceiling).strip()):
-        raise AnsibleFilterError(
-            f"{name}: {text} is above this node's fs.nr_open ({str(ceiling).strip()}); logins would fail"
-        )
+    if not WHOLE.fullmatch(text):
+        raise AnsibleFilterError(f"{name}: {text!r} is not a whole number or 'unlimited'")
+    most = _ceiling(ceiling)
+    if most is not None and int(text) > most:
+        raise AnsibleFilterError(f"{name}: {text} is above this node's fs.nr_open ({most}); logins would fail")
     return text
 
 
 def limits_systemd_value(value: object, name: str, ceiling: object = None) -> str:
     """A systemd DefaultLimit* value: N, 'infinity', or 'soft:hard'."""
-    if isinstance(value, bool):
-        raise AnsibleFilterError(f"{name}: {value!r} is a boolean; use a number, 'infinity' or 'soft:hard'")
-    text = str(value).strip()
+    text = _text(value, name, "a number, 'infinity' or 'soft:hard'")
     if text in ("unlimited", "-1"):
         text = "infinity"
     match = SYSTEMD_VALUE.fullmatch(text)
     if not match:
-        raise AnsibleFilterError(f"{name}: {value!r} is not a number, 'infinity' or 'soft:hard'")
-    numbers = [int(part) for part in text.split(":") if part.isdigit()]
+        raise AnsibleFilterError(f"{name}: {text!r} is not a number, 'infinity' or 'soft:hard'")
+    numbers = [int(part) for part in text.split(":") if WHOLE.fullmatch(part)]
     if ":" in text and len(numbers) == 2 and numbers[0] > numbers[1]:
         raise AnsibleFilterError(f"{name}: soft limit {numbers[0]} is above hard limit {numbers[1]}")
-    if ceiling is not None and str(ceiling).strip().isdigit() and any(n > int(str(ceiling).strip()) for n in numbers):
-        raise AnsibleFilterError(f"{name}: {text} is above this node's fs.nr_open ({str(ceiling).strip()})")
+    most = _ceiling(ceiling)
+    if most is not None and any(n > most for n in numbers):
+        raise AnsibleFilterError(f"{name}: {text} is above this node's fs.nr_open ({most})")
     return text
 
 

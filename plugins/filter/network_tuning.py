@@ -4,6 +4,8 @@
 (module_utils/nics.py), ethtool ring/channel changes."""
 from __future__ import annotations
 
+import re
+
 from ansible.errors import AnsibleFilterError
 from ansible_collections.tunefleet.gpu_node.plugins.module_utils.kernel_rules import KernelRuleError, parse_cpulist
 
@@ -56,8 +58,17 @@ def network_irq_unpinnable(nics: list) -> list:
     return [nic["name"] for nic in nics if not nic.get("irqs") or not nic.get("local_cpulist")]
 
 
+# A ring or channel count: ASCII digits, bounded before int() (a 5000-digit value raised ValueError).
+_COUNT = re.compile(r"[0-9]{1,10}")
+
+
 def network_ethtool_parse(text: str) -> dict:
-    """`ethtool -g IF` or `ethtool -l IF` -> {'maximums': {...}, 'current': {...}}; n/a values are None."""
+    """`ethtool -g IF` or `ethtool -l IF` -> {'maximums': {...}, 'current': {...}}; n/a values are None.
+
+    Total: a value that is not a count of at most 10 digits is None, as ethtool's own "n/a" (the NIC then
+    cannot be set to it: network_ethtool_args refuses by name); text that is not a string is refused."""
+    if not isinstance(text, str):
+        raise AnsibleFilterError(f"network_ethtool_parse: ethtool's output is {type(text).__name__}, not text")
     sections = {"maximums": {}, "current": {}}
     section = None
     for line in text.splitlines():
@@ -69,7 +80,7 @@ def network_ethtool_parse(text: str) -> dict:
         elif section and ":" in stripped:
             label, value = (part.strip() for part in stripped.split(":", 1))
             if label in _ETHTOOL_KEYS:
-                sections[section][_ETHTOOL_KEYS[label]] = int(value) if value.isdigit() else None
+                sections[section][_ETHTOOL_KEYS[label]] = int(value) if _COUNT.fullmatch(value) else None
     return sections
 
 

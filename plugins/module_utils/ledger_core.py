@@ -238,9 +238,21 @@ def snapshot_file(root: str, path: str) -> dict:
 
 
 def file_bytes(entry: dict) -> bytes:
-    if entry.get("encoding") == "base64":
-        return base64.b64decode(entry["content"])
-    return entry["content"].encode("utf-8")
+    """The bytes a recorded file held (snapshot_file's 'content', text or base64); LedgerError when the entry
+    is not one snapshot_file could have written (a hand-edited or damaged ledger), before anything is written."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("content"), str):
+        raise LedgerError("a recorded file has no text 'content': the ledger is damaged")
+    content, encoding = entry["content"], entry.get("encoding", "utf-8")
+    if len(content) > 2 * MAX_FILE_BYTES:  # base64 of MAX_FILE_BYTES is 4/3 of it
+        raise LedgerError(f"a recorded file's content is {len(content)} characters, over the ledger's limit")
+    try:
+        if encoding == "base64":
+            return base64.b64decode(content.encode("ascii"), validate=True)
+        if encoding == "utf-8":
+            return content.encode("utf-8")
+    except (ValueError, UnicodeError) as exc:  # binascii.Error is a ValueError; a lone surrogate a UnicodeError
+        raise LedgerError(f"a recorded file's {encoding} content cannot be decoded ({exc})") from None
+    raise LedgerError(f"a recorded file's encoding {str(encoding)[:40]!r} is neither 'utf-8' nor 'base64'")
 
 
 def same_file(recorded: dict, current: dict) -> bool:

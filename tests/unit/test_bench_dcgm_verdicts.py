@@ -40,7 +40,10 @@ def test_one_gpu_failing_gpu_memory_in_the_table_fails_naming_it_while_its_sibli
     assert failed.status is Status.FAIL and "Hardware / GPU Memory on GPU 0: Fail" in failed.reason
     # the warning's cell wraps mid-word ("R" / "estart"): joined as dcgmi printed it
     assert "Reset GPU. Restart DCGM. Rerun diagnostics. Unable to create CUDA context" in failed.reason
-    assert failed.details[verdicts.ACTION_KEY] == verdicts.DRAIN_RMA
+    # DCGM's own cause: a CUDA context it could not create ("busy or unavailable") with its system-triage
+    # suggestion, not a memory fault: reset the GPU and rerun, no RMA (issue 36 item 8)
+    assert failed.details[verdicts.ACTION_KEY] == verdicts.RESET_GPU
+    assert failed.details["cause"].startswith("DCGM: system triage") and "reset the GPU" in failed.remediation
     assert verdicts.ACTION_KEY not in by_id["bench.dcgm.gpu_memory.gpu1"].details
 
 
@@ -75,3 +78,40 @@ def test_a_deployment_failure_is_not_a_hardware_class():
     failed = parse(HEALTHY.replace("| Persistence Mode          | Pass", "| Persistence Mode          | Fail"))
     row = dcgm._row(next(r for r in failed.rows if r.test == "Persistence Mode"), 1, {})
     assert row.status is Status.FAIL and verdicts.ACTION_KEY not in row.details
+
+
+# ---- classed by the cause DCGM gives (issue 36 item 8) ------------------------------------------------------
+
+def test_a_failure_dcgm_sends_to_field_diagnostics_is_hardware():
+    (row,) = parse_table(PCIE_ALL).rows  # DCGM#49: every warning ends "Run a field diagnostic on the GPU."
+    result = dcgm._row(row, 1, {})
+    assert result.details[verdicts.ACTION_KEY] == verdicts.DRAIN_RMA
+    assert result.details["cause"] == "DCGM: run a field diagnostic (hardware)"
+
+
+def test_every_gpu_failing_cuda_initialisation_is_the_nodes_setup_not_hardware():
+    # The real go-dcgm#52 table with its CUDA error replaced by CUDA 802's text (cudaErrorSystemNotReady, as
+    # NVIDIA/nccl-tests#264 shows it on an 8x H200 node whose fabric manager was not up): composed, not captured
+    setup = GPU0_FAILS.replace("'CUDA-capable device(s) is/", "'system not yet initialized'   ").replace(
+        "are busy or unavailable'.", "                         ")
+    failed = next(r for r in parse_table(setup).rows if r.status == "FAIL")
+    result = dcgm._row(failed, 1, {})
+    assert result.status is Status.FAIL and result.details[verdicts.ACTION_KEY] == verdicts.REBOOT
+    assert "fabric manager" in result.details["cause"] and "nvidia-fabricmanager" in result.remediation
+
+
+def test_dcgm4s_own_error_category_decides():
+    document = json.loads(V4_SHAPED)
+    rows = parse(json.dumps(document)).rows
+    failing = [r for r in rows if r.status == "FAIL"]
+    assert failing and all(r.error_categories for r in failing)
+    for row in failing:
+        row.error_categories = [6]  # DCGM_FR_EC_SOFTWARE_CUDA
+        assert dcgm.cause(row)[0] == verdicts.REBOOT
+        row.error_categories = [10]  # DCGM_FR_EC_HARDWARE_MEMORY
+        assert dcgm.cause(row)[0] == verdicts.DRAIN_RMA
+
+
+def test_the_healthy_twin_carries_no_class(tmp_path):
+    rows, _ = run_dcgm(tmp_path, {tuple(dcgm.argv(1)): (0, HEALTHY)})
+    assert all(verdicts.ACTION_KEY not in r.details for r in rows)

@@ -189,14 +189,26 @@ def test_real_captures_have_no_slowdown(capture, headroom):
     ("clocks_throttle_reasons.hw_slowdown", "Active", Status.FAIL, "cooling"),
     ("clocks_throttle_reasons.hw_power_brake_slowdown", "Active", Status.FAIL, "power brake"),
     ("clocks_throttle_reasons.hw_thermal_slowdown", "Active", Status.FAIL, "cooling"),
-    ("clocks_throttle_reasons.sw_power_cap", "Active", Status.WARN, "power limit"),
     ("temperature.gpu.tlimit", "3", Status.FAIL, "cooling"),
     ("temperature.gpu.tlimit", "8", Status.WARN, "cooling"),
-    ("power.draw", "712.40 W", Status.WARN, "power feed"),
+    ("power.draw", "790.40 W", Status.WARN, "power feed"),
 ])
 def test_slowdowns_and_limits(name, value, status, words):
     result = health_gpu.judge_clocks(health_smi.parse(with_field(IDLE, name, value))[0], health_gpu.DERIVED_TEMP_MARGIN)
     assert result.status is status and words in result.remediation and "GPU 0 (00000000:83:00.0)" in result.reason
+
+
+@pytest.mark.parametrize("name, value", [
+    ("clocks_throttle_reasons.sw_power_cap", "Active"),  # a GPU running a job at its power limit
+    ("power.draw", "712.40 W"),  # one sample over the 700 W cap: power capping's overshoot, not a fault
+])
+def test_a_gpu_at_its_power_limit_is_not_a_finding(name, value):
+    """NVML's SW power cap means "the clocks have been optimized to ensure not to exceed currently set power
+    limits" (verify/judging/clock_reasons.py): the normal state under load, shown but never WARNed."""
+    result = health_gpu.judge_clocks(health_smi.parse(with_field(IDLE, name, value))[0], health_gpu.DERIVED_TEMP_MARGIN)
+    assert result.status is Status.PASS, result.reason
+    if name.endswith("sw_power_cap"):
+        assert "at its power limit" in result.observed and result.details["readings"]["at_power_limit"] is True
 
 
 def test_profile_temperature_margin_overrides_the_derived_one(tmp_path):
@@ -341,3 +353,38 @@ def test_uncorrectable_errors_are_said_as_the_increase_since_the_last_run():
     assert same.status is Status.WARN and same.details["action"] == "reset-gpu"  # still not reset: still its advice
     reloaded = health_gpu.judge_memory(gpu, {"ecc.errors.uncorrected.volatile.total": 9})  # the driver reloaded
     assert "5 uncorrectable ECC error(s) since the driver loaded" in reloaded.reason
+
+
+# ---- SRAM and DRAM apart (issue 36 item 1) -------------------------------------------------------------------
+
+def test_sram_errors_are_not_judged_as_rows_to_remap_and_keep_their_lifetime_count():
+    # the H200's real query row, with the counts of the issue's held-back case: 1 SRAM uncorrectable error since
+    # the driver loaded, 5 in the GPU's life (no public capture of a faulty SRAM row was found)
+    faulty = with_field(with_field(IDLE, "ecc.errors.uncorrected.volatile.sram", "1"),
+                        "ecc.errors.uncorrected.aggregate.sram", "5")
+    faulty = with_field(with_field(faulty, "ecc.errors.uncorrected.volatile.total", "1"),
+                        "ecc.errors.uncorrected.aggregate.total", "5")
+    result = health_gpu.judge_memory(health_smi.parse(faulty)[0])
+    assert result.status is Status.WARN and result.details["action"] == "reset-gpu"
+    assert "1 uncorrectable SRAM ECC error(s) since the driver loaded (5 in the GPU's lifetime)" in result.reason
+    assert "SRAM has no rows to remap" in result.reason and "remapped" not in result.reason
+    assert result.details["readings"]["ecc.errors.uncorrected.aggregate.sram"] == "5"
+
+
+def test_dram_errors_go_to_the_remapper_and_a_lifetime_only_count_is_watched():
+    dram = with_field(with_field(IDLE, "ecc.errors.uncorrected.volatile.dram", "2"),
+                      "ecc.errors.uncorrected.volatile.total", "2")
+    result = health_gpu.judge_memory(health_smi.parse(dram)[0])
+    assert result.details["action"] == "reset-gpu" and "DRAM" in result.reason
+    assert "its row is remapped at the next GPU reset" in result.reason and "SRAM" not in result.reason
+    old = with_field(with_field(IDLE, "ecc.errors.uncorrected.aggregate.sram", "5"),
+                     "ecc.errors.uncorrected.aggregate.total", "5")
+    watched = health_gpu.judge_memory(health_smi.parse(old)[0])
+    assert watched.details["action"] == "watch" and "5 uncorrectable SRAM ECC error(s) in the GPU's lifetime" in \
+        watched.reason
+
+
+def test_the_real_h200_row_reports_sram_and_dram_apart_and_is_healthy():
+    gpu = health_smi.parse(IDLE)[0]  # the healthy twin: the machine's own capture, every split counter 0
+    assert [gpu.number(name) for name in health_smi.SPLIT_ECC_FIELDS] == [0, 0, 0, 0]
+    assert health_gpu.judge_memory(gpu).status is Status.PASS

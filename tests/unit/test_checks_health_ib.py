@@ -107,3 +107,44 @@ def test_a_flap_is_judged_per_minute_a_short_interval_counts_as_one_minute_and_t
     spec = desired_state()
     spec["verify"]["thresholds"] = {"ib_link_downed_per_min": 0}
     assert port(spec, 86_400).status is Status.FAIL
+
+
+# ---- counters as perfquery reports them (issue 36 item 3) -------------------------------------------------
+
+def test_perfquery_output_is_read_under_the_sysfs_names():
+    from verify.facts.ib_counters import parse_perfquery
+
+    (port,) = parse_perfquery((PUBLIC / "perfquery-x_faulty_ibexporter-switch-linkdowned-discards.txt").read_text())
+    assert (port.lid, port.port) == (2052, 1)
+    assert {k: v for k, v in port.counters.items() if v} == {
+        "link_downed": 1, "port_rcv_switch_relay_errors": 7, "port_xmit_discards": 20046}
+    (healthy,) = parse_perfquery((PUBLIC / "perfquery-x_healthy_ibexporter-hca-lid133.txt").read_text())
+    assert len(healthy.counters) == 12 and not any(healthy.counters.values())
+    assert parse_perfquery("SymbolErrorCounter:......" + "9" * 5000) == []  # bounded: not read, no crash
+
+
+def ib_node_answering_perfquery(tmp_path, capture: str):
+    from tests.helpers.replay import ReplayRunner
+    from verify.runner import CommandOutput
+
+    tree = ibstat_to_sysfs((PUBLIC / "ibstat_healthy_gpud-a100.txt").read_text(), FakeTree(tmp_path))
+    argv = [a.format(device="mlx5_1", port="1") for a in health_ib.PERFQUERY_ARGV]
+    text = (PUBLIC / capture).read_text()
+    return tree.node(runner=ReplayRunner({tuple(argv): CommandOutput(argv, 0, text, "", 0.01)}))
+
+
+def test_a_ports_perfquery_counters_are_judged_flap_and_discards_apart(tmp_path):
+    node = ib_node_answering_perfquery(tmp_path, "perfquery-x_faulty_ibexporter-switch-linkdowned-discards.txt")
+    ports = {r.check_id.split(".", 2)[2]: r for r in health_ib.run(desired_state(), node)}
+    port = ports["mlx5_1/1"]
+    assert port.status is Status.WARN and port.details[verdicts.ACTION_KEY] == verdicts.WATCH
+    assert "link_downed 1 since driver load" in port.reason
+    assert "port_xmit_discards 20046 since driver load (congestion or filtering, not the cable)" in port.reason
+    assert "switch_relay" not in port.reason and port.details["counters_source"].startswith("perfquery -x")
+    assert {r.status for p, r in ports.items() if p != "mlx5_1/1"} == {Status.PASS}
+
+
+def test_the_healthy_twins_perfquery_counters_pass(tmp_path):
+    node = ib_node_answering_perfquery(tmp_path, "perfquery-x_healthy_ibexporter-hca-lid133.txt")
+    ports = {r.check_id.split(".", 2)[2]: r for r in health_ib.run(desired_state(), node)}
+    assert ports["mlx5_1/1"].status is Status.PASS and ports["mlx5_1/1"].details["counters"]["symbol_error"] == 0

@@ -154,3 +154,38 @@ def test_with_the_time_of_the_last_reading_the_increase_is_judged_per_minute_aga
     backwards = dict(memo, **{COUNTERS_AT: 999_000.0})
     count = health_nvlink.run(spec_with(), node_answering(tmp_path / "c", H200_S, errors, backwards))[0]
     assert "link 4 CRC Errors 3 since the last run (250 since driver load)" in count.reason
+
+
+# ---- the counters judged on their own (issue 36 item 2) ---------------------------------------------------
+
+def node_without_status(tmp_path, errors: str, memo=None):
+    """`nvlink -s` refused (as a capture holding `nvlink -e` alone replays), `nvlink -e` answering."""
+    tree = FakeTree(tmp_path).write("/proc/driver/nvidia/version", BANNER)
+    refused = CommandOutput([], 3, "", "Failed to query NVLink status\n", 0.1)
+    runner = ReplayRunner({tuple(health_nvlink.STATUS_ARGV): refused,
+                           tuple(health_nvlink.ERRORS_ARGV): CommandOutput([], 0, errors, "", 0.1)})
+    node = tree.node(runner=runner, live=True)
+    node.memo.update(memo or {})
+    return node
+
+
+def test_clean_counters_without_the_status_half_pass_instead_of_skipping(tmp_path):
+    results = health_nvlink.run(spec_with(), node_without_status(tmp_path, H200_E))  # the machine's own capture
+    assert [r.status for r in results] == [Status.PASS, Status.PASS]
+    assert "link status not read (nvidia-smi nvlink -s: Failed to query NVLink status)" in results[0].reason
+    assert results[0].details["errors"]["0"]["Replay Errors"] == 0
+
+
+def test_counters_alone_are_judged_as_rates_naming_the_gpu_by_bus_and_the_link(tmp_path):
+    from verify.facts.gpu_query import Gpu, GpuInventory
+
+    # the H200's real `nvlink -e`, one of its counts raised (no public capture of faulty counters was found)
+    faulty = H200_E.replace("Link 3: Replay Errors: 0", "Link 3: Replay Errors: 4", 1)
+    inventory = GpuInventory("nvml", [Gpu(0, "00000000:83:00.0", "NVIDIA H200", True)])
+    previous = {health_nvlink.PREVIOUS_COUNTERS: {"health.nvlink.0": {"3": {"Replay Errors": 0}}},
+                PREVIOUS_COUNTERS_AT: 1_000_000.0, COUNTERS_AT: 1_000_600.0, "gpus": inventory}
+    result = by_gpu(health_nvlink.run(spec_with(), node_without_status(tmp_path, faulty, previous)))[
+        "health.nvlink.0"]
+    assert result.status is Status.FAIL and result.details[verdicts.ACTION_KEY] == verdicts.REBOOT
+    assert result.reason.startswith("GPU 0 (00000000:83:00.0): errors: link 3 Replay Errors 4 in 10.0 min = 0.4/min")
+    assert result.details["errors_since_last_run"] == {"3": {"Replay Errors": 4}}

@@ -84,8 +84,10 @@ def nvml_inventory(machine: str) -> GpuInventory:
 
 def replay(tmp_path: Path, machine: str, monkeypatch, strict: bool = True):
     if captured_fields(machine) != health_smi.FIELDS:
-        # The H100 capture predates vbios_version in the field list: ask exactly what was asked then.
-        assert set(health_smi.FIELDS) - set(captured_fields(machine)) <= {"vbios_version"}
+        # The captures predate vbios_version and the SRAM/DRAM split in the field list: ask exactly what was
+        # asked then.
+        assert set(health_smi.FIELDS) - set(captured_fields(machine)) <= {"vbios_version",
+                                                                          *health_smi.SPLIT_ECC_FIELDS}
         monkeypatch.setattr(health_smi, "FIELDS", captured_fields(machine))
     runner = CaptureRunner(HEALTH / machine / "cmd", strict=strict)
     node = rebuild_sysfs(tmp_path, HEALTH / machine).node(runner=runner, live=True)

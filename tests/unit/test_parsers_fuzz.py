@@ -48,13 +48,17 @@ from verify.checks import common as checks_common  # noqa: E402
 from verify.checks import conflicts, ethtool_params, limits, nccl_conf, path_mtu, peermem  # noqa: E402
 from verify.facts import (  # noqa: E402
     fabric,
+    gpu_processes,
     gpu_query,
     health_smi,
+    ib_counters,
     kernel_log,
     links,
+    nccl_settings,
     node_facts,
     pci_path,
     peer_access,
+    smi_q,
     versions,
 )
 from verify.fleet import baseline, baseline_rules, model  # noqa: E402
@@ -215,6 +219,18 @@ PARSERS = [
     Parser("verify.facts.kernel_log:parse_xids", lambda d: kernel_log.parse_xids(text(d)), (),
            _fixture("node/health/kernel_log_xid79_48_documented.txt",
                     "node/health/kernel_log_xid62_154_forum_595.71.05.txt")),
+    Parser("verify.facts.kernel_log:xid_events", lambda d: _xid_events_bounded(text(d)), (),
+           _fixture("node/health/public/kernel-log_faulty_ogkm1030-xid31-caller-column-590.48.01.txt",
+                    "node/health/public/kernel-log_faulty_gpud-xid119-xe9680.txt",
+                    "node/health/public/kernel-log_faulty_nvsentinel-xid74-link14.txt")),
+    Parser("verify.checks.health_ib:parse_rate", lambda d: _rate_bounded(text(d)), (),
+           [b"400 Gb/sec (4X NDR)\n", b"100 Gb/sec (4X EDR)", b"53.125 Gb/sec (2X HDR)"]),
+    Parser("verify.facts.ib_counters:parse_perfquery", lambda d: ib_counters.parse_perfquery(text(d)), (),
+           _fixture("node/health/public/perfquery-x_faulty_ibexporter-switch-linkdowned-discards.txt",
+                    "node/health/public/perfquery-x_healthy_ibexporter-hca-lid133.txt")),
+    Parser("verify.facts.smi_q:parse", lambda d: [smi_q.health_fields(g) for g in smi_q.parse(text(d))], (),
+           _fixture("node/health/public/nvidia-smi-q_faulty_gpud-a10-remap-pending-535.129.03.txt",
+                    "node/health/h200x2/cmd/nvidia-smi-q.stdout")),
     Parser("verify.facts.kernel_log:parse_lost", lambda d: kernel_log.parse_lost(text(d)), (),
            _fixture("node/health/kernel_log_fallen_off_bus_probe_source.txt",
                     "node/health/kernel_log_xid79_48_documented.txt")),
@@ -286,6 +302,12 @@ PARSERS = [
            [json.loads((FIXTURES / "node/commands/su_nobody_ulimits.json").read_text())["stdout"].encode()]),
     Parser("verify.checks.nccl_conf:parse_nccl_conf", lambda d: nccl_conf.parse_nccl_conf(text(d)), (ValueError,),
            [b"NCCL_IB_HCA=mlx5\n# comment\nNCCL_SOCKET_IFNAME=eth0\n"]),
+    Parser("verify.facts.nccl_settings:parse_nccl_conf", lambda d: nccl_settings.parse_nccl_conf(text(d)),
+           (nccl_settings.NcclConfParseError,),
+           [b"NCCL_NVLS_ENABLE=0\nTORCH_SYMM_MEM_DISABLE_MULTICAST=1\nNVSHMEM_DISABLE_NVLS=1\nNCCL_P2P_DISABLE=1\n"]),
+    Parser("verify.facts.gpu_processes:parse_compute_apps", lambda d: gpu_processes.parse_compute_apps(text(d)),
+           (gpu_processes.AppsParseError,),
+           _fixture("node/gpu_processes/h200x4-busy-job.csv", "node/gpu_processes/h200x4-idle.csv")),
     Parser("verify.checks.path_mtu:parse_ping", lambda d: path_mtu.parse_ping(text(d), text(d)), (ValueError,),
            _captured("ping_*.json")),
     Parser("verify.checks.peermem:kernel_version", lambda d: peermem.kernel_version(text(d)), (ValueError,),
@@ -336,8 +358,9 @@ PARSERS = [
            _fixture("node/pcie/h100sxm8-nvidia-smi-q.txt", "node/pcie/a100sxm-fabric-in-progress.txt")),
     Parser("verify.facts.fabric:parse_manager_version", lambda d: fabric.parse_manager_version(text(d)), (),
            [b"Fabric Manager version is : 535.129.03\n"]),
-    Parser("verify.facts.peer_access:parse_peer_result", lambda d: peer_access.parse_peer_result(text(d), {}), (),
-           _fixture("node/peer_access/h100x1-engine.stdout", "node/peer_access/cpu-no-cuda.stdout")),
+    Parser("verify.facts.peer_access:parse_p2p_matrix", lambda d: peer_access.parse_p2p_matrix(text(d)),
+           (peer_access.P2pParseError,),
+           _fixture("node/peer_access/rtx5090x2-p2p-gns.stdout", "node/peer_access/gpux5-p2p-p-ok.stdout")),
     Parser("verify.facts.peer_access:parse_topo_gpu_links", lambda d: peer_access.parse_topo_gpu_links(text(d)),
            (peer_access.TopoParseError,),
            _fixture("node/health/h200x2/cmd/topo-m.stdout", "node/peer_access/h100x1-topo-m.stdout")),
@@ -401,6 +424,23 @@ PARSERS = [
            lambda d: preflight_checks.max_mtu_from_ip(text(d)), (),
            _fixture("preflight/ip_d_j_link_show.json", "preflight/ip_d_link_show.txt")),
 ]
+
+
+def _xid_events_bounded(log: str) -> list:
+    """xid_events never raises, and every code it gives is bounded (None: unreadable)."""
+    events = kernel_log.xid_events(log)
+    for event in events:
+        assert event.code is None or 0 <= event.code < 10 ** kernel_log.MAX_CODE_DIGITS
+    return events
+
+
+def _rate_bounded(value: str):
+    """parse_rate gives None (unreadable) or a finite positive rate, never an exception."""
+    from verify.checks import health_ib
+
+    rate = health_ib.parse_rate(value)
+    assert rate is None or (math.isfinite(rate) and rate > 0), rate
+    return rate
 
 
 def _pcie(n: node.Node):
@@ -471,7 +511,10 @@ EXEMPT = {
     "verify.scheduler.nvml:read_raw": "NVML calls, no text parsed",
     "verify.facts.fabric:read_gpu_fabric": "NVML / nvidia-smi -q; its text goes to parse_smi_fabric (fuzzed)",
     "verify.facts.fabric:read_manager": "systemctl and nv-fabricmanager --version; parse_manager_version is fuzzed",
-    "verify.facts.peer_access:read_peer_access": "runs the engine; its stdout goes to parse_peer_result (fuzzed)",
+    "verify.facts.gpu_processes:read_gpu_processes": "runs nvidia-smi; its stdout goes to parse_compute_apps (fuzzed)",
+    "verify.facts.peer_access:read_peer_access": "the primed NVML reading, else read_smi_p2p",
+    "verify.facts.peer_access:read_smi_p2p": "nvidia-smi topo -p2p r/w; its text goes to parse_p2p_matrix (fuzzed)",
+    "verify.scheduler.nvml:read_p2p_row": "NVML calls, no text parsed",
     "verify.facts.peer_access:read_gpu_links": "nvidia-smi topo -m; its text goes to parse_topo_gpu_links (fuzzed)",
     "verify.facts.pci_path:read_paths": "sysfs through Node.read_binary; parse_acs is fuzzed",
     "verify.facts.pci_path:read_iommu": "sysfs and /proc/cmdline through the Node; parse_cmdline is fuzzed",

@@ -4,9 +4,14 @@ Each GPU's own outcome is its own row, so one GPU failing one test (Targeted Pow
 did not reach desired power minimum ... of 300.0 for GPU 3", DCGM_FR_TARGET_POWER_MSG in NVIDIA/DCGM
 dcgmlib/dcgm_errors.h) is a FAIL naming that GPU and test whatever the other GPUs or a summary say. A
 dcgmi without `-j` (it answers "PARSE ERROR" for the flag) is asked again without it and its table read.
-A FAIL outside the Deployment category carries the action class `drain-rma` (DCGM's own messages end in
-"Run a field diagnostic on the GPU"); a Deployment FAIL (persistence mode, a graphics process, a library)
-is a setup matter and carries no hardware class.
+A FAIL is classed by the cause DCGM itself gives (`cause()`): DCGM 4.x's error category on the warning
+(software configuration / library / CUDA: the node's setup; hardware categories: the GPU), else the
+suggestion DCGM appends to every message (dcgmlib/dcgm_errors.h): "Run a field diagnostic on the GPU." ->
+drain-rma; "Check DCGM and system logs for errors. Reset GPU. Restart DCGM. Rerun diagnostics." ->
+reset-gpu; "Check DCGM and system configuration." or CUDA's "system not yet initialized" (NVSwitch systems:
+the fabric manager is not up) -> the setup: fix the service, reboot if it stays (reboot class, never RMA).
+A Deployment FAIL (persistence mode, a graphics process, a library) is a setup matter and carries no
+hardware class; a FAIL with no cause DCGM names keeps `drain-rma` (outside Deployment).
 
 Never in the quick or full set (level 1 takes about a minute, level 3 half an hour, and both load every
 GPU): it runs only when named (`--bench dcgm`, `verify_benchmarks: [dcgm]`), with the level from
@@ -30,6 +35,23 @@ TIMEOUTS = {1: 300.0, 2: 900.0, 3: 3600.0}
 FIX_FAIL = ("drain the node; read the test's warning (DCGM error id {ids}) in the DCGM diagnostics guide and "
             "reset or RMA the GPU it names; re-run `dcgmi diag -r 3` before returning the node")
 FIX_WARN = "read the warning; re-run `dcgmi diag -r {level}` on an idle node to see whether it stays"
+FIX_SETUP = ("DCGM attributes this to the node's setup, not the GPU: fix what it names (e.g. start "
+             "nvidia-fabricmanager where CUDA says 'system not yet initialized'), re-run `dcgmi diag`; drain and "
+             "reboot if it stays")
+FIX_RESET = ("DCGM's own triage: check DCGM and system logs, reset the GPU, restart DCGM and re-run `dcgmi diag`; "
+             "RMA only if a field diagnostic then fails")
+
+# dcgmlib/dcgm_errors.h: dcgmErrorCategory_t (DCGM 4.x puts it on each warning as "error_category")
+SOFTWARE_CATEGORIES = {3, 4, 5, 6, 7, 8}  # SOFTWARE_CONFIG, _LIBRARY, _XID, _CUDA, _EUD, _OTHER
+HARDWARE_CATEGORIES = {9, 10, 11, 12, 13, 14, 15}  # HARDWARE_THERMAL .. HARDWARE_OTHER
+# The suggestion dcgm_errors.h appends to each message (TRIAGE_RUN_FIELD_DIAG_MSG, SYSTEM_TRIAGE_MSG,
+# CONFIG_MSG), and CUDA 802 (cudaErrorSystemNotReady: the fabric manager is not running on NVSwitch systems)
+_SUGGESTIONS = (
+    ("Runafielddiagnosticonthegpu", verdicts.DRAIN_RMA, "DCGM: run a field diagnostic (hardware)"),
+    ("checkdcgmandsystemconfiguration", verdicts.REBOOT, "DCGM: the system's configuration"),
+    ("systemnotyetinitialized", verdicts.REBOOT, "CUDA: system not yet initialized (fabric manager not up)"),
+    ("resetgpu.restartdcgm.rerundiagnostics", verdicts.RESET_GPU, "DCGM: system triage (reset the GPU, restart DCGM)"),
+)
 NO_JSON_FLAG = re.compile(r"PARSE ERROR.*-j|Couldn't find match for argument|unrecognized option.*-j", re.I | re.S)
 NO_HOSTENGINE = re.compile(r"unable to establish a connection|host engine|hostengine|Connection refused", re.I)
 
@@ -85,6 +107,21 @@ def run(spec: Optional[dict], profile: Optional[dict], node, overrides: Optional
     return rows
 
 
+def cause(row) -> tuple:
+    """(action class, the cause in words) DCGM gives for a failed row; (DRAIN_RMA, ...) when it names none."""
+    categories = set(row.error_categories)
+    if categories & HARDWARE_CATEGORIES:
+        return verdicts.DRAIN_RMA, "DCGM error category: hardware"
+    if categories and categories <= SOFTWARE_CATEGORIES:
+        return verdicts.REBOOT, "DCGM error category: software / setup"
+    said = "".join("; ".join(row.warnings + [row.info]).lower().split())
+    found = [(action, why) for key, action, why in _SUGGESTIONS if key.lower() in said]
+    if found:  # the most disruptive of what DCGM suggests, except that a setup cause is never hardware
+        setup = [f for f in found if f[0] == verdicts.REBOOT]
+        return setup[0] if setup else max(found, key=lambda f: verdicts.ACTIONS.index(f[0]))
+    return verdicts.DRAIN_RMA, "no cause named by DCGM (a failed test outside Deployment)"
+
+
 def _slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_") or "test"
 
@@ -101,8 +138,14 @@ def _row(row, level: int, common: dict) -> CheckResult:
     fix = ""
     if status is Status.FAIL:
         fix = FIX_FAIL.format(ids=", ".join(map(str, row.error_ids)) or "?")
-        if row.category.lower() != "deployment":
-            details[verdicts.ACTION_KEY] = verdicts.DRAIN_RMA
+        action, why = cause(row)
+        if action is not None and row.category.lower() != "deployment":
+            details[verdicts.ACTION_KEY] = action
+            details["cause"] = why
+            if action == verdicts.REBOOT:
+                fix = FIX_SETUP
+            elif action == verdicts.RESET_GPU:
+                fix = FIX_RESET
     elif status is Status.WARN:
         fix = FIX_WARN.format(level=level)
     return result(check_id, status, reason, "Pass", row.status.capitalize(), fix, details)

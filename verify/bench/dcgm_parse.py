@@ -44,6 +44,9 @@ class DiagRow:
     warnings: list = field(default_factory=list)  # texts
     error_ids: list = field(default_factory=list)
     info: str = ""
+    # DCGM 4.x's own classification of each warning (dcgm_errors.h dcgmErrorCategory_t / severity), when given
+    error_categories: list = field(default_factory=list)
+    error_severities: list = field(default_factory=list)
 
 
 @dataclass
@@ -95,19 +98,24 @@ def _gpus(result: dict, where: str) -> list:
     return [int(w) for w in words]
 
 
+def _small_int(value: Any) -> Optional[int]:
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 16 else None
+
+
 def _warnings(result: dict, where: str) -> tuple:
-    texts, ids = [], []
+    texts, ids, categories, severities = [], [], [], []
     raw = result.get("warnings") or []
     if not isinstance(raw, list):
         raw = [raw]
     for index, item in enumerate(raw):
         if isinstance(item, dict):
             texts.append(_text(item.get("warning", ""), f"{where}.warnings[{index}].warning"))
-            if isinstance(item.get("error_id"), int):
-                ids.append(item["error_id"])
+            for key, into in (("error_id", ids), ("error_category", categories), ("error_severity", severities)):
+                if _small_int(item.get(key)) is not None:
+                    into.append(item[key])
         else:
             texts.append(_text(item, f"{where}.warnings[{index}]"))
-    return texts, ids
+    return texts, ids, categories, severities
 
 
 def _info(result: dict) -> str:
@@ -240,9 +248,9 @@ def parse(text: str) -> DiagReport:
                     raise DcgmParseError(f"{here} is not an object")
                 if str(item.get("entity_group", "GPU")).upper() != "GPU":
                     continue  # CPU / NVSwitch entities of 4.x: not what this benchmark judges
-                texts, ids = _warnings(item, here)
+                texts, ids, categories, severities = _warnings(item, here)
                 rows.append(DiagRow(name, test_name, _status(item.get("status"), f"{here}.status"),
-                                    _gpus(item, here), texts, ids, _info(item)))
+                                    _gpus(item, here), texts, ids, _info(item), categories, severities))
                 if len(rows) > MAX_ROWS:
                     raise DcgmParseError(f"more than {MAX_ROWS} results")
     if runtime_error and not isinstance(runtime_error, str):

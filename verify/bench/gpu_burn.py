@@ -20,23 +20,53 @@ HW slowdown, HW/SW thermal and HW power brake are FAIL whenever they show.
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 from verify.bench import gpu_clocks
 from verify.bench.common import module_available, progress, result
 from verify.bench.gpu import ENGINE_ENV, engine_failure
-from verify.engine import ENGINE_CWD, engine_argv, engine_env, read_result
+from verify.engine import (
+    ENGINE_CWD,
+    NUMBER,
+    ListOf,
+    Maybe,
+    checked_payload,
+    engine_argv,
+    engine_env,
+    read_result,
+    schema_problems,
+)
+from verify.judging import clock_reasons
 from verify.result import CheckResult, Status
 
 CHECK_ID = "bench.gpu_burn"
 # Allowed under a burn: not throttling (BENIGN) and the power cap (judged by the clock fraction).
-ALLOWED = (*gpu_clocks.BENIGN, "sw_power_cap")
+ALLOWED = clock_reasons.BENIGN + clock_reasons.AT_POWER_LIMIT
 # Of the max SM clock, median under load: a healthy H100 at its 700 W cap ran 0.697 (module docstring).
 DEFAULT_CLOCK_FRACTION = 0.60
 REMEDIATION = "drain the GPU; check cooling, power feed and BMC power-brake events; RMA a GPU that repeats"
+
+# The burn's part of the GPU engine's payload (verify.bench.gpu_engine.PAYLOAD_SCHEMA holds it as a dict),
+# checked where it enters (verify.engine.checked_payload) before a judge reads a field: a malformed GPU row
+# is dropped and named in an ERROR row, the others are judged.
+READING = {"min": NUMBER, "median": NUMBER, "max": NUMBER}
+WINDOW = {"samples": int, "sm_mhz": Maybe(READING), "mem_mhz": Maybe(READING), "temp_c": Maybe(READING),
+          "power_w": Maybe(READING), "reasons": Maybe(ListOf(str, may_be_empty=True))}
+FACTS_SCHEMA = {"gpus": ListOf({"index": int, "name": Maybe(str), "capability": Maybe(ListOf(int, may_be_empty=True)),
+                                "sm_count": Maybe(int), "nvml": Maybe({"max_sm_mhz": Maybe(NUMBER)})},
+                               may_be_empty=True),
+                "burn": dict}
+BURN_SCHEMA = {"gpus": ListOf({"index": int, "tflops": Maybe(NUMBER), "wall_s": Maybe(NUMBER),
+                               "digests": Maybe(ListOf(str, may_be_empty=True)), "nvml": Maybe(WINDOW)},
+                              may_be_empty=True),
+               "errors": Maybe(dict)}
+# The health readings taken before and after (health_reading): a malformed one is "not read", never a crash.
+HEALTH_SCHEMA = {"ecc": Maybe(dict), "xids": Maybe(dict), "ecc_reason": Maybe(str), "xid_reason": Maybe(str)}
+MAX_FIGURE = 1e12  # far above any clock, TFLOPS, watt or count a GPU reports: beyond it a figure is damage
 
 
 @dataclass
@@ -79,21 +109,51 @@ def health_reading(node) -> dict:
             "xid_reason": None if log is not None else source}
 
 
-def judge_errors(before: dict, after: dict) -> CheckResult:
+def _unbounded(value: Any, where: str) -> list:
+    """Every number in value that is not finite or beyond MAX_FIGURE, by field (a NaN clock must not PASS)."""
+    if isinstance(value, bool):
+        return []
+    if isinstance(value, int):
+        return [] if -MAX_FIGURE <= value <= MAX_FIGURE else [f"{where}: {str(value)[:20]}... is out of range"]
+    if isinstance(value, float):
+        return [] if math.isfinite(value) and abs(value) <= MAX_FIGURE else [f"{where}: {value!r} is out of range"]
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    return [p for key, inner in items for p in _unbounded(inner, f"{where}.{key}" if where else str(key))]
+
+
+def _health(reading: Any, label: str) -> tuple:
+    """(reading fit to compare, why not): a reading whose shape or numbers are wrong counts as not read."""
+    problems = schema_problems(reading, HEALTH_SCHEMA, label)
+    if not problems:
+        problems = _unbounded(reading, label)
+        for bus, ecc in (reading.get("ecc") or {}).items():
+            problems += schema_problems(ecc, {"index": int, "uncorrected": Maybe(NUMBER)}, f"{label}.ecc.{bus}")
+        for bus, codes in (reading.get("xids") or {}).items():
+            if not isinstance(codes, dict) or not all(isinstance(n, int) and not isinstance(n, bool)
+                                                      for n in codes.values()):
+                problems.append(f"{label}.xids.{bus}: expected counts per Xid code")
+    if problems:
+        return {}, f"the {label} reading is malformed ({'; '.join(problems[:3])})"
+    return reading, ""
+
+
+def judge_errors(before: Any, after: Any) -> CheckResult:
     """New Xids or uncorrectable ECC errors during the burn -> FAIL naming the GPU."""
     found = []
-    names = {bus: f"GPU {v['index']} ({bus})" for bus, v in after.get("ecc", {}).items()}
-    for bus, codes in after.get("xids", {}).items():
+    was_read, before_problem = _health(before, "before")
+    now_read, after_problem = _health(after, "after")
+    names = {bus: f"GPU {v['index']} ({bus})" for bus, v in (now_read.get("ecc") or {}).items()}
+    for bus, codes in (now_read.get("xids") or {}).items():
         for code, count in codes.items():
-            new = count - before.get("xids", {}).get(bus, {}).get(code, 0)
+            new = count - ((was_read.get("xids") or {}).get(bus) or {}).get(code, 0)
             if new > 0:
                 found.append(f"{names.get(bus, bus)}: Xid {code} x{new}")
-    for bus, now in after.get("ecc", {}).items():
-        was = (before.get("ecc", {}).get(bus) or {}).get("uncorrected")
+    for bus, now in (now_read.get("ecc") or {}).items():
+        was = ((was_read.get("ecc") or {}).get(bus) or {}).get("uncorrected")
         if now.get("uncorrected") is not None and was is not None and now["uncorrected"] > was:
             found.append(f"{names[bus]}: {now['uncorrected'] - was:.0f} new uncorrectable ECC error(s)")
     details = {"before": before, "after": after}
-    unread = [r for r in (after.get("xid_reason"), after.get("ecc_reason")) if r]
+    unread = [r for r in (now_read.get("xid_reason"), now_read.get("ecc_reason"), before_problem, after_problem) if r]
     if found:
         return result(f"{CHECK_ID}.errors", Status.FAIL, "during the burn: " + "; ".join(found), "none new",
                       "; ".join(found), REMEDIATION, details)
@@ -110,12 +170,12 @@ def judge_gpu(row: dict, facts: dict, fraction: float) -> CheckResult:
     max_sm = (facts.get("nvml") or {}).get("max_sm_mhz")
     text = gpu_clocks.describe(window)
     tflops = row.get("tflops")
-    head = f"GPU {index}: {tflops:.0f} TFLOPS sustained over {row.get('wall_s', 0):.0f} s; {text}" \
+    head = f"GPU {index}: {tflops:.0f} TFLOPS sustained over {row.get('wall_s') or 0:.0f} s; {text}" \
         if isinstance(tflops, (int, float)) else f"GPU {index}: no throughput; {text}"
     details = {"nvml": window, "max_sm_mhz": max_sm, "clock_fraction": fraction,
                "raw": {k: v for k, v in row.items() if k != "nvml"}}
     problems = []
-    bad = [r for r in window.get("reasons", []) if r not in ALLOWED]
+    bad = [r for r in window.get("reasons") or [] if r not in ALLOWED]
     if bad:
         problems.append(f"GPU {index}: {', '.join(bad)} under load")
     sm = (window.get("sm_mhz") or {}).get("median")
@@ -161,14 +221,36 @@ def judge_sdc(rows: list, facts: dict) -> CheckResult:
                   "identical results", "identical", "", details)
 
 
-def judge_payload(payload: dict, before: dict, after: dict, fraction: float) -> list:
-    burn = payload.get("burn") or {}
-    facts = {g["index"]: g for g in payload.get("gpus", [])}
-    rows = [judge_gpu(row, facts.get(row["index"], {}), fraction) for row in burn.get("gpus", [])]
-    rows += [result(f"{CHECK_ID}.gpu{i}", Status.ERROR, f"GPU {i}: the burn failed: {e}")
+def judge_payload(payload: Any, before: Any, after: Any, fraction: float) -> list:
+    """The engine's burn payload -> one row per GPU, the SDC row and the errors row. Total: a payload that is
+    not what the engine writes is an ERROR row naming the fields (a malformed GPU row is dropped, the others
+    judged); a clock_fraction that is not a share in (0, 1] is a ValueError naming it (a bad option)."""
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
+        raise ValueError(f"clock_fraction {fraction!r}: give the share of the max SM clock, in (0, 1]")
+    top, problems = checked_payload(payload, FACTS_SCHEMA)
+    burn, more = checked_payload(top["burn"], BURN_SCHEMA) if top is not None else (None, [])
+    problems += [f"burn.{p}" for p in more]
+    if top is None or burn is None:
+        return [result(f"{CHECK_ID}.payload", Status.ERROR, "the GPU engine's burn result is malformed: "
+                       + "; ".join(problems[:5]), remediation="report this as a bug with the engine's output"),
+                judge_errors(before, after)]
+    kept = []
+    for index, row in enumerate(burn["gpus"]):
+        wrong = _unbounded(row, f"burn.gpus[{index}]")
+        problems += wrong
+        if not wrong:
+            kept.append(row)
+    gpu_facts = [g for i, g in enumerate(top["gpus"]) if not _unbounded(g, f"gpus[{i}]")]
+    facts = {g["index"]: g for g in gpu_facts}
+    rows = [judge_gpu(row, facts.get(row["index"], {}), fraction) for row in kept]
+    rows += [result(f"{CHECK_ID}.gpu{str(i)[:20]}", Status.ERROR, f"GPU {str(i)[:20]}: the burn failed: {str(e)[:300]}")
              for i, e in (burn.get("errors") or {}).items()]
-    rows.append(judge_sdc(burn.get("gpus", []), facts))
+    rows.append(judge_sdc(kept, facts))
     rows.append(judge_errors(before, after))
+    if problems:
+        rows.append(result(f"{CHECK_ID}.payload", Status.ERROR, "the GPU engine's burn result is malformed, "
+                           "those parts not judged: " + "; ".join(problems[:5]),
+                           remediation="report this as a bug with the engine's output"))
     return rows
 
 

@@ -4,39 +4,44 @@ for decoding NVML's reason bitmask and for what counts as a slowdown under load.
 NVML (nvmlDeviceGetCurrentClocksEventReasons) and `nvidia-smi --query-gpu=clocks_event_reasons.active`
 give the same bitmask ("0x0000000000000001" = idle on the 1x H100 capture in
 tests/fixtures/node/health/h100x1). The named booleans the health checks read
-(verify/checks/health_gpu.py SLOWDOWNS) are the same bits one by one.
+(verify/checks/health_gpu.py) are the same bits one by one.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from typing import Iterable, Optional
 
-# nvml.h nvmlClocksEventReason* (the older name: nvmlClocksThrottleReason*), same values in every driver.
-REASON_BITS = (
-    (0x1, "gpu_idle"),
-    (0x2, "applications_clocks_setting"),
-    (0x4, "sw_power_cap"),
-    (0x8, "hw_slowdown"),
-    (0x10, "sync_boost"),
-    (0x20, "sw_thermal_slowdown"),
-    (0x40, "hw_thermal_slowdown"),
-    (0x80, "hw_power_brake_slowdown"),
-    (0x100, "display_clock_setting"),
-)
+from verify.judging import clock_reasons
+
+# The bits and what they mean live in verify.judging.clock_reasons (NVIDIA's NVML reference cited there).
 # A slowdown the hardware forced (too hot, power brake asserted by the board or the BMC, HW slowdown):
 # FAIL whenever it shows during a benchmark. health_gpu.py FAILs on the same four at rest.
-SLOWDOWN = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown")
-# Not throttling at all: nothing to run (idle), clocks pinned by the operator, clocks synced across GPUs.
-BENIGN = ("gpu_idle", "applications_clocks_setting", "sync_boost", "display_clock_setting")
+SLOWDOWN = clock_reasons.PROBLEM
+BENIGN = clock_reasons.BENIGN
+REASON_BITS = clock_reasons.REASON_BITS
+
+
+# Bounds on a reading before it is used (NVML's own ranges, with room): a value outside is no reading.
+READING_MAX = {"sm_mhz": 100_000, "mem_mhz": 100_000, "temp_c": 1_000, "power_w": 100_000}
+MASK_MAX = (1 << 64) - 1  # NVML's reasons are an unsigned long long
+MASK_TEXT_MAX = 24  # "0x" and 16 hex digits, with room for spaces
 
 
 def decode(mask) -> list:
-    """Reason bitmask (int, or nvidia-smi's "0x..." text) -> names of the bits set; unknown bits as hex."""
+    """Reason bitmask (int, or nvidia-smi's "0x..." text) -> names of the bits set; unknown bits as hex.
+    ValueError naming the value when it is not a 64-bit mask (the text is bounded before int())."""
     if isinstance(mask, str):
-        mask = int(mask.strip(), 16) if mask.strip().lower().startswith("0x") else int(mask.strip())
-    if isinstance(mask, bool) or not isinstance(mask, int) or mask < 0:
-        raise ValueError(f"clock event reasons {mask!r} is not a bitmask")
+        text = mask.strip()
+        if len(text) > MASK_TEXT_MAX:
+            raise ValueError(f"clock event reasons {text[:MASK_TEXT_MAX]!r}... is not a bitmask")
+        try:
+            mask = int(text, 16) if text.lower().startswith("0x") else int(text)
+        except ValueError:
+            raise ValueError(f"clock event reasons {text!r} is not a bitmask") from None
+    if isinstance(mask, bool) or not isinstance(mask, int) or not 0 <= mask <= MASK_MAX:
+        raise ValueError(f"clock event reasons {str(mask)[:40]!r} is not a bitmask")
     names = [name for bit, name in REASON_BITS if mask & bit]
     known = 0
     for bit, _ in REASON_BITS:
@@ -46,26 +51,49 @@ def decode(mask) -> list:
     return names
 
 
+def _in_range(sample: dict, key: str) -> Optional[float]:
+    value = sample.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, int) and not 0 <= value <= READING_MAX[key]:  # before float(): a huge int overflows
+        return None
+    value = float(value)
+    return value if math.isfinite(value) and 0 <= value <= READING_MAX[key] else None
+
+
 def summarise(samples: Iterable[dict]) -> dict:
     """NVML samples of one GPU over one benchmark -> what the report shows next to the figure.
 
     A sample is {"t": s, "sm_mhz", "mem_mhz", "temp_c", "power_w", "reasons": bitmask}; any reading
     may be missing (None). Reasons are the union of every sample: one HW slowdown sample is enough.
+    Total: a sample that is not an object, a reading that is not a finite number in its range, or a
+    reasons value that is not a 64-bit mask is left out and counted in "unreadable" (never a figure).
     """
-    samples = list(samples)
+    samples = [] if isinstance(samples, (str, bytes, dict)) or not isinstance(samples, Iterable) else list(samples)
+    readable = [s for s in samples if isinstance(s, dict)]
     out: dict = {"samples": len(samples)}
-    for key in ("sm_mhz", "mem_mhz", "temp_c", "power_w"):
-        values = [s[key] for s in samples if isinstance(s.get(key), (int, float))]
+    unreadable = len(samples) - len(readable)
+    for key in READING_MAX:
+        values = [_in_range(s, key) for s in readable]
+        unreadable += sum(1 for s, v in zip(readable, values) if v is None and s.get(key) is not None)
+        values = [v for v in values if v is not None]
         if values:
             out[key] = {"min": min(values), "median": statistics.median(values), "max": max(values)}
     seen: list = []
-    for sample in samples:
+    for sample in readable:
         if sample.get("reasons") is None:
             continue
-        for name in decode(int(sample["reasons"])):
+        try:
+            names = decode(sample["reasons"])
+        except ValueError:
+            unreadable += 1
+            continue
+        for name in names:
             if name not in seen:
                 seen.append(name)
     out["reasons"] = seen
+    if unreadable:
+        out["unreadable"] = unreadable
     return out
 
 
@@ -84,7 +112,7 @@ def describe(window: Optional[dict]) -> str:
             if key in ("temp_c", "power_w"):
                 text = f"{reading['max']:.0f}{unit} max"
             parts.append(f"{label} {text}".strip())
-    reasons = [r for r in window.get("reasons", []) if r != "gpu_idle"]
+    reasons = [r for r in window.get("reasons") or [] if r != "gpu_idle"]
     parts.append("reasons: " + (", ".join(reasons) if reasons else "none"))
     return ", ".join(parts)
 

@@ -20,7 +20,10 @@ _RANK = re.compile(
     re.ASCII,
 )
 _VERSION = re.compile(r"^#\s*nccl-tests version\s+(\S+)\s+nccl-headers=(\d+)\s+nccl-library=(\d+)")
-_CHANNEL = re.compile(r"Channel\s+\d+/\d+\s*:\s*\d+\[[^\]]*\]\s*->\s*\d+\[[^\]]*\]\s*(?:\[\w+\]\s*)?via\s+(.+?)\s*$")
+# "Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM" (a process per rank); "Channel 00 : 0[0] -> 1[1] via SHM/direct/direct"
+# (every rank in one process, torch.cuda.nccl: NCCL 2.28.9 on 4x H200, tests/fixtures/bench/README.md).
+_CHANNEL = re.compile(r"Channel\s+\d+(?:/\d+)?\s*:\s*\d+\[[^\]]*\]\s*->\s*\d+\[[^\]]*\]\s*(?:\[\w+\]\s*)?"
+                      r"via\s+(.+?)\s*$")
 _NCCL_VERSION = re.compile(r"NCCL version\s+([\d.]+)")
 
 

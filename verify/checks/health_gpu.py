@@ -10,7 +10,7 @@ from verify.checks.common import result, skip
 from verify.checks.health_common import CHECK_COOLING, PREVIOUS_COUNTERS, REBOOT, RESEAT, ROLE, profile, threshold
 from verify.facts import health_smi
 from verify.facts.pci import driver_reason, nvidia_gpus_on_bus, short_bdf
-from verify.judging import verdicts
+from verify.judging import clock_reasons, verdicts
 from verify.judging.thresholds import Threshold
 from verify.node import Node
 from verify.result import Status
@@ -89,12 +89,50 @@ def run_presence(spec: dict, node: Node) -> list:
 
 # ---- memory errors ---------------------------------------------------------------------------------
 
+def _split_ecc_findings(gpu) -> Optional[list]:
+    """SRAM and DRAM uncorrectable errors judged apart, each with its lifetime count; None when the driver
+    reports only the total.
+
+    NVIDIA GPU Memory Error Management (https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/): a DRAM
+    (HBM) uncorrectable error sends its row to the remapper, applied at the next GPU reset. SRAM (caches,
+    register files) has no rows to remap: the driver contains the error (Xid 94, or 95 when it cannot) and a
+    GPU reset clears it; the SRAM lifetime count is what NVIDIA's field diagnostic threshold is judged on
+    (NVML nvmlEccSramErrorStatus_v1_t.bThresholdExceeded, "the error threshold of field diag is exceeded";
+    DCGM's software plugin checkForSramThreshold reports it). Both: reset-gpu when counted since the driver
+    loaded, watch when only the lifetime count holds any; the SRAM Threshold Exceeded flag (from `nvidia-smi
+    -q`) is NVIDIA's RMA criterion for SRAM ("GPU L2 Memory RMA Policy"): drain-rma."""
+    counts = {name: gpu.number(name) for name in health_smi.SPLIT_ECC_FIELDS}
+    if all(value is None for value in counts.values()) and gpu.active(health_smi.SRAM_THRESHOLD) is None:
+        return None
+    findings = []
+    if gpu.active(health_smi.SRAM_THRESHOLD):
+        # NVIDIA GPU Memory Error Management, "RMA Policy" / "GPU L2 Memory RMA Policy": the RMA criterion for
+        # SRAM uncorrectable errors is the SRAM Threshold Exceeded flag (more than 4 unique parity / 2 unique
+        # SEC-DED errors in an address bank)
+        findings.append((verdicts.DRAIN_RMA, "SRAM Threshold Exceeded (NVIDIA's RMA criterion for SRAM)", None))
+    for part, mechanism in (("DRAM", "its row is remapped at the next GPU reset"),
+                            ("SRAM", "SRAM has no rows to remap: a GPU reset clears the contained error; RMA "
+                                     "when NVIDIA's SRAM threshold is exceeded")):
+        since_load = counts[f"ecc.errors.uncorrected.volatile.{part.lower()}"]
+        lifetime = counts[f"ecc.errors.uncorrected.aggregate.{part.lower()}"]
+        life = f" ({lifetime:.0f} in the GPU's lifetime)" if lifetime is not None else ""
+        if since_load:
+            findings.append((verdicts.RESET_GPU,
+                             f"{since_load:.0f} uncorrectable {part} ECC error(s) since the driver loaded{life}: "
+                             f"{mechanism}", None))
+        elif lifetime:
+            findings.append((verdicts.WATCH, f"{lifetime:.0f} uncorrectable {part} ECC error(s) in the GPU's "
+                                             "lifetime, none since the driver loaded", None))
+    return findings
+
+
 def judge_memory(gpu, previous: Optional[dict] = None):
     """NVIDIA GPU Memory Error Management (https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/):
     a pending row remap is applied at the next GPU reset and "unaffected applications can continue running
     ... and new workloads can be launched" ("Error Recovery and Response Flags"): reset-gpu, whether the
     rows were remapped for correctable or uncorrectable errors (the manual draws no line there). The RMA
-    criterion is the row-remapping failure flag ("RMA Policy"): drain-rma.
+    criterion is the row-remapping failure flag ("RMA Policy"): drain-rma. SRAM and DRAM uncorrectable
+    errors are judged apart where the driver reports them apart (_split_ecc_findings).
 
     `previous`: the last run's numeric readings of this GPU (the history's counters): the uncorrectable
     errors are then said as the increase since that run, with the count since the driver loaded beside it."""
@@ -103,7 +141,10 @@ def judge_memory(gpu, previous: Optional[dict] = None):
     aggregate = gpu.number("ecc.errors.uncorrected.aggregate.total")
     uncorrectable_rows = gpu.number("remapped_rows.uncorrectable")
     before = (previous or {}).get("ecc.errors.uncorrected.volatile.total")
-    if volatile:
+    split = _split_ecc_findings(gpu)
+    findings += split or []
+    apart = sum(gpu.number(f"ecc.errors.uncorrected.volatile.{part}") or 0 for part in ("sram", "dram"))
+    if volatile and volatile > apart:  # the total holds errors the split counters do not place
         # contained by the GPU; its row goes to the remapper, applied at the next reset (a reset clears the count)
         if isinstance(before, int) and 0 <= before <= volatile:
             new = volatile - before
@@ -112,6 +153,8 @@ def judge_memory(gpu, previous: Optional[dict] = None):
                                 "loaded: not reset yet)")
         else:
             said = f"{volatile:.0f} uncorrectable ECC error(s) since the driver loaded"
+        if aggregate is not None:
+            said += f" ({aggregate:.0f} in the GPU's lifetime)"
         findings.append((verdicts.RESET_GPU, said, None))
     if gpu.active("remapped_rows.failure"):
         findings.append((verdicts.DRAIN_RMA, "row remapping failed (NVIDIA's RMA criterion for GPU memory)", None))
@@ -122,12 +165,13 @@ def judge_memory(gpu, previous: Optional[dict] = None):
     if gpu.active("retired_pages.pending"):
         findings.append((verdicts.RESET_GPU, "page retirement pending (applied at the next GPU reset or driver load)",
                          None))
-    if aggregate and not volatile:
+    apart_lifetime = sum(gpu.number(f"ecc.errors.uncorrected.aggregate.{part}") or 0 for part in ("sram", "dram"))
+    if aggregate and not volatile and aggregate > apart_lifetime:
         findings.append((verdicts.WATCH, f"{aggregate:.0f} uncorrectable ECC error(s) in the GPU's lifetime", None))
     if gpu.active("ecc.mode.current") is False:
         findings.append((verdicts.WATCH, "ECC is disabled: memory errors go undetected",
                          "enable ECC (nvidia-smi -e 1 -i {index}) and reboot"))
-    readings = {name: gpu.text(name) for name in health_smi.MEMORY_FIELDS}
+    readings = {name: gpu.text(name) for name in health_smi.MEMORY_FIELDS if name in gpu.fields}  # those asked
     check_id = f"health.gpu.memory.{gpu.index}"
     if all(value is None for value in readings.values()):
         return skip(check_id, ROLE, f"{gpu.label} reports no ECC or remapping state")
@@ -146,12 +190,14 @@ def judge_memory(gpu, previous: Optional[dict] = None):
 
 # ---- clocks, temperature, power --------------------------------------------------------------------
 
-SLOWDOWNS = (
-    ("clocks_throttle_reasons.hw_thermal_slowdown", "HW thermal slowdown", CHECK_COOLING),
-    ("clocks_throttle_reasons.hw_power_brake_slowdown", "HW power brake slowdown", CHECK_COOLING),
-    ("clocks_throttle_reasons.hw_slowdown", "HW slowdown", CHECK_COOLING),
-    ("clocks_throttle_reasons.sw_thermal_slowdown", "SW thermal slowdown", CHECK_COOLING),
-)
+# Only the clocks-event reasons that mean a problem are judged (verify.judging.clock_reasons, citing NVIDIA's
+# NVML reference): a GPU at its power limit (SW power cap) is a GPU working, never a finding.
+SLOWDOWNS = tuple((clock_reasons.smi_field(name), clock_reasons.LABELS[name], CHECK_COOLING)
+                  for name in clock_reasons.PROBLEM)
+# Power capping holds the average draw at the limit; one sample overshoots it (a healthy H100 at its 700 W
+# cap read 722.6 W at most during a burn, 3 %: tests/fixtures/bench/gpu_burn_h100x1.stdout). Above this
+# share of the limit the draw is more than capping's overshoot.
+POWER_OVERSHOOT = 1.10
 
 
 def judge_clocks(gpu, margin: Threshold):
@@ -159,20 +205,22 @@ def judge_clocks(gpu, margin: Threshold):
     for name, label, fix in SLOWDOWNS:
         if gpu.active(name):
             findings.append((Status.FAIL, f"{label} active", fix))
-    if gpu.active("clocks_throttle_reasons.sw_power_cap"):
-        findings.append((Status.WARN, "SW power cap active", "check the power limit (nvidia-smi -q -d POWER)"))
     headroom = gpu.number("temperature.gpu.tlimit")
     if headroom is not None:
         status, why = margin.judge(headroom)
         if status is not Status.PASS:
             findings.append((status, f"{headroom:.0f} C below the slowdown limit (T.Limit): {why}", CHECK_COOLING))
     draw, limit = gpu.number("power.draw"), gpu.number("enforced.power.limit")
-    if draw is not None and limit and draw > limit:
-        findings.append((Status.WARN, f"power draw {draw:.0f} W above the enforced limit {limit:.0f} W", CHECK_COOLING))
+    if draw is not None and limit and draw > limit * POWER_OVERSHOOT:
+        findings.append((Status.WARN, f"power draw {draw:.0f} W above the enforced limit {limit:.0f} W "
+                         f"(more than {POWER_OVERSHOOT - 1:.0%} over: beyond power capping's overshoot)",
+                         CHECK_COOLING))
+    capped = any(gpu.active(clock_reasons.smi_field(name)) for name in clock_reasons.AT_POWER_LIMIT)
     readings = {"temperature_c": gpu.number("temperature.gpu"), "tlimit_headroom_c": headroom,
                 "memory_temperature_c": gpu.number("temperature.memory"), "power_w": draw, "power_limit_w": limit,
-                "clock_event_reasons": gpu.text("clocks_throttle_reasons.active")}
-    passed = "no slowdown" + (f", {headroom:.0f} C of T.Limit headroom" if headroom is not None else "")
+                "clock_event_reasons": gpu.text("clocks_throttle_reasons.active"), "at_power_limit": capped}
+    passed = "no slowdown" + (f", {headroom:.0f} C of T.Limit headroom" if headroom is not None else "") + \
+        (", at its power limit (SW power cap: normal under load)" if capped else "")
     return _verdict(f"health.gpu.clocks.{gpu.index}", gpu, findings, passed,
                     {"bus_id": gpu.bus_id, "readings": readings, "threshold": margin.to_dict()})
 

@@ -26,13 +26,22 @@ from typing import Optional
 
 from verify.checks.common import result, skip
 from verify.checks.health_common import PREVIOUS_COUNTERS, ROLE, interval_min, judge_counter, threshold
+from verify.facts.ib_counters import parse_perfquery
 from verify.judging import verdicts
 from verify.judging.thresholds import Threshold
 from verify.node import Node
 from verify.result import Status
 
 COUNTERS = ("symbol_error", "link_downed", "port_rcv_errors", "link_error_recovery",
-            "local_link_integrity_errors", "excessive_buffer_overrun_errors")
+            "local_link_integrity_errors", "excessive_buffer_overrun_errors", "port_rcv_remote_physical_errors",
+            "port_xmit_discards", "port_xmit_constraint_errors", "port_rcv_constraint_errors",
+            "port_rcv_switch_relay_errors")
+# Not a fault of the link: discards and constraint errors are congestion or partition/filter drops (a WARN to
+# watch, never a cable FAIL); switch relay errors are rdma-core ibqueryerrors' one "common side effect"
+# counter (`--suppress-common`): recorded, not judged.
+CONGESTION = ("port_xmit_discards", "port_xmit_constraint_errors", "port_rcv_constraint_errors")
+RECORDED_ONLY = ("port_rcv_switch_relay_errors",)
+PERFQUERY_ARGV = ["perfquery", "-x", "-C", "{device}", "-P", "{port}"]
 # rdma-core's ibqueryerrors(8) ships SymbolErrorCounter=10 / LinkErrorRecoveryCounter=10 as its
 # example error_thresholds; any error at all is a WARN.
 DERIVED_ERRORS = Threshold(limit=10, warn=0, kind="max", source=(
@@ -54,13 +63,15 @@ DERIVED_FLAPS_PER_MIN = Threshold(limit=round(1 / 360, 5), warn=0, kind="max", s
 FLAP_COUNTER = "link_downed"
 RESEAT_CABLE = ("drain the node, reseat or replace the cable / transceiver of {port}, check the switch port; "
                 "RMA the HCA if it stays")
-_RATE = re.compile(r"^\s*([0-9.]+)\s*Gb/sec")
+# sysfs prints "%d%s Gb/sec (%dX %s)" (drivers/infiniband/core/sysfs.c rate_show): a few digits, ".5"/".125"
+_RATE = re.compile(r"^\s*(\d{1,6}(?:\.\d{1,6})?)\s*Gb/sec", re.ASCII)
 
 
-def parse_rate(text: Optional[str]) -> Optional[float]:
-    """'400 Gb/sec (4X NDR)' -> 400.0."""
-    match = _RATE.match(text or "")
-    return float(match.group(1)) if match else None
+def parse_rate(text: object) -> Optional[float]:
+    """'400 Gb/sec (4X NDR)' -> 400.0; None when unreadable (anything else, a zero rate). Total on any input."""
+    match = _RATE.match(text) if isinstance(text, str) else None
+    rate = float(match.group(1)) if match else 0.0
+    return rate if rate > 0 else None
 
 
 def _state_name(text: Optional[str]) -> str:
@@ -73,15 +84,23 @@ def read_port(node: Node, device: str, port: str) -> dict:
     counters = {}
     for name in COUNTERS:
         value = node.read_value(f"{base}/counters/{name}")
-        if value is not None and value.isdigit():
+        if value is not None and value.isascii() and value.isdigit() and len(value) <= 20:
             counters[name] = int(value)
+    source = "sysfs"
+    if not counters:  # no sysfs counters (a tree, a container): the tool's own view, live or injected
+        argv = [arg.format(device=device, port=port) for arg in PERFQUERY_ARGV]
+        out = node.run(argv, timeout_s=10.0)
+        tool = parse_perfquery(out.stdout) if out.ok else []
+        if tool:
+            counters = {k: v for k, v in tool[0].counters.items() if k in COUNTERS}
+            source = " ".join(argv)
     model = " ".join(part for part in (node.read_value(f"/sys/class/infiniband/{device}/hca_type"),
                                        node.read_value(f"/sys/class/infiniband/{device}/board_id")) if part)
     return {"port": f"{device}/{port}", "state": _state_name(node.read_value(f"{base}/state")),
             "phys_state": _state_name(node.read_value(f"{base}/phys_state")),
             "rate_gbps": parse_rate(node.read_value(f"{base}/rate")),
             "link_layer": node.read_value(f"{base}/link_layer") or "InfiniBand", "counters": counters,
-            "hca_model": model or "unknown HCA"}
+            "counters_source": source, "hca_model": model or "unknown HCA"}
 
 
 def _is_active(port: dict) -> bool:
@@ -102,6 +121,8 @@ def _counter_findings(port: dict, rates: dict, ceiling: Threshold, previous: dic
     known. rates: {"errors": Threshold per minute, "link_downed": the flaps' Threshold per minute}."""
     findings, since_load, per_min = [], {}, {}
     for counter, count in sorted(port["counters"].items()):
+        if counter in RECORDED_ONLY:
+            continue
         rate = rates[FLAP_COUNTER] if counter == FLAP_COUNTER else rates["errors"]
         verdict = judge_counter(counter, count, previous.get(counter), minutes, rate, ceiling)
         if verdict.increase is not None:
@@ -109,7 +130,9 @@ def _counter_findings(port: dict, rates: dict, ceiling: Threshold, previous: dic
         if verdict.per_min is not None:
             per_min[counter] = round(verdict.per_min, 4)
         if verdict.status is not Status.PASS:
-            findings.append((verdict.status, verdict.text))
+            congestion = counter in CONGESTION
+            findings.append((Status.WARN if congestion else verdict.status,
+                             verdict.text + (" (congestion or filtering, not the cable)" if congestion else "")))
     return findings, since_load, per_min
 
 

@@ -11,6 +11,9 @@ state may override (`nvlink_links_per_gpu`, `nvlink_link_gbps`). A model the tab
 held to the links nvidia-smi lists for it and to its own fastest link; never to another GPU of the node.
 PCIe / NVL cards whose NVLink needs a bridge (`nvlink_optional`) without any link are PASS.
 
+The error counters are judged on their own when the link status cannot be had (`nvlink -s` failed, or a
+capture holds `nvlink -e` alone): same rates and ceiling, the result says the status half is missing.
+
 Verdicts (docs/verdicts.md holds the table): an inactive or missing link, or a link below its model's
 rate, is FAIL with action `reboot` on a baseboard (NVIDIA Health Validation, NVLink checks
 `nvlink_active` / `nvlink_bandwidth_count_speed`: "CRITICAL ... Recommended action: operational state
@@ -181,6 +184,70 @@ def _judged_counters(gpu: int, errors: dict, node: Node, ceiling: Threshold, rat
     return judged
 
 
+def _counter_findings(gpu: int, errors: dict, node: Node, ceiling: Threshold, rates: dict, details: dict) -> list:
+    """[(status, action, text)] for the CRC / replay / recovery counters; the figures go into `details`."""
+    findings = []
+    judged = _judged_counters(gpu, errors, node, ceiling, rates)
+    flagged = [(v.status, v.text) for _, _, v in judged if v.status is not Status.PASS]
+    if flagged:
+        status = Status.FAIL if any(s is Status.FAIL for s, _ in flagged) else Status.WARN
+        # A few errors: reset the GPU when idle and watch (verdicts.RESET_GPU); past the ceiling the link is
+        # failing: drain and restart the baseboard (same NVIDIA guidance as a down link).
+        action = verdicts.REBOOT if status is Status.FAIL else verdicts.RESET_GPU
+        findings.append((status, action, "errors: " + ", ".join(text for _, text in flagged)))
+    since_last: dict = {}
+    per_min: dict = {}
+    for link, name, verdict in judged:
+        if verdict.increase is not None:
+            since_last.setdefault(str(link), {})[name] = verdict.increase
+        if verdict.per_min is not None:
+            per_min.setdefault(str(link), {})[name] = round(verdict.per_min, 4)
+    if since_last:
+        details["errors_since_last_run"] = since_last
+    if per_min:  # the rate thresholds are shown where they judged something
+        details["errors_per_min"] = per_min
+        details["errors_interval_min"] = round(interval_min(node) or 0.0, 3)
+        details["thresholds"].update(crc_errors_per_min=rates["crc"].to_dict(),
+                                     replay_errors_per_min=rates["replay"].to_dict())
+    return findings
+
+
+def bus_of(node: Node, gpu: int) -> str:
+    """The GPU's PCI bus id from the inventory a check already read ("" when none is known)."""
+    inventory = node.memo.get("gpus")
+    for entry in getattr(inventory, "gpus", None) or []:
+        if entry.index == gpu:
+            return entry.bus_id
+    return ""
+
+
+def judge_counters_only(gpu: int, errors: dict, ceiling: Threshold, node: Node, why: str,
+                        rates: Optional[dict] = None):
+    """One GPU's NVLink error counters judged without the link status (`why`: what kept it from us)."""
+    rates = rates or {"crc": DERIVED_CRC_PER_MIN, "replay": DERIVED_REPLAY_PER_MIN}
+    bus = bus_of(node, gpu)
+    who = f"GPU {gpu}" + (f" ({bus})" if bus else "")
+    details = {"errors": {str(k): v for k, v in sorted(errors.items())}, "links_gbps": None,
+               "link_status": f"unread: {why}", "thresholds": {"errors": ceiling.to_dict()}}
+    if bus:
+        details["bus_id"] = bus
+    check_id = f"health.nvlink.{gpu}"
+    expected = "no NVLink CRC / replay / recovery errors"
+    findings = _counter_findings(gpu, errors, node, ceiling, rates, details)
+    counted = sum(1 for named in errors.values() for name in named
+                  if any(word in name.lower() for word in JUDGED_COUNTERS))
+    if not findings:
+        return result(check_id, ROLE, Status.PASS, expected, f"{counted} counters clean on {len(errors)} links",
+                      f"{who}: link status not read ({why}); counters judged alone", details=details)
+    status = Status.FAIL if any(f[0] is Status.FAIL for f in findings) else Status.WARN
+    action = verdicts.worst(f[1] for f in findings)
+    details[verdicts.ACTION_KEY] = action
+    fix = verdicts.WORDS[action].format(index=gpu, what=f"GPU {gpu}'s NVLink")
+    return result(check_id, ROLE, status, expected, "; ".join(f[2] for f in findings),
+                  f"{who}: " + "; ".join(f[2] for f in findings) + f" (link status not read: {why})",
+                  details=details, fix=fix)
+
+
 def judge_gpu(gpu: int, name: str, links: dict, errors: dict, want: Expectation, ceiling: Threshold,
               node: Node, all_inactive: bool = False, rates: Optional[dict] = None):
     """rates: {"crc": Threshold per minute, "replay": the replay / recovery errors' Threshold per minute}."""
@@ -213,28 +280,7 @@ def judge_gpu(gpu: int, name: str, links: dict, errors: dict, want: Expectation,
     if slow:
         findings.append((Status.FAIL, link_action, "links below " + f"{want.speed.limit:g} GB/s: "
                          + ", ".join(f"{link} at {speed:g}" for link, speed in sorted(slow.items()))))
-    judged = _judged_counters(gpu, errors, node, ceiling, rates)
-    flagged = [(v.status, v.text) for _, _, v in judged if v.status is not Status.PASS]
-    if flagged:
-        status = Status.FAIL if any(s is Status.FAIL for s, _ in flagged) else Status.WARN
-        # A few errors: reset the GPU when idle and watch (verdicts.RESET_GPU); past the ceiling the link is
-        # failing: drain and restart the baseboard (same NVIDIA guidance as a down link).
-        action = verdicts.REBOOT if status is Status.FAIL else verdicts.RESET_GPU
-        findings.append((status, action, "errors: " + ", ".join(text for _, text in flagged)))
-    since_last: dict = {}
-    per_min: dict = {}
-    for link, name, verdict in judged:
-        if verdict.increase is not None:
-            since_last.setdefault(str(link), {})[name] = verdict.increase
-        if verdict.per_min is not None:
-            per_min.setdefault(str(link), {})[name] = round(verdict.per_min, 4)
-    if since_last:
-        details["errors_since_last_run"] = since_last
-    if per_min:  # the rate thresholds are shown where they judged something
-        details["errors_per_min"] = per_min
-        details["errors_interval_min"] = round(interval_min(node) or 0.0, 3)
-        details["thresholds"].update(crc_errors_per_min=rates["crc"].to_dict(),
-                                     replay_errors_per_min=rates["replay"].to_dict())
+    findings += _counter_findings(gpu, errors, node, ceiling, rates, details)
     if not findings:
         return result(check_id, ROLE, Status.PASS, expected, observed, details=details)
     status = Status.FAIL if any(f[0] is Status.FAIL for f in findings) else Status.WARN
@@ -250,10 +296,14 @@ def run(spec: dict, node: Node) -> list:
     reason = driver_reason(node)
     if reason:
         return [skip("health.nvlink", ROLE, reason)]
+    ceiling = threshold("nvlink_error_count", spec, node, DERIVED_ERRORS)
+    rates = {"crc": threshold("nvlink_crc_errors_per_min", spec, node, DERIVED_CRC_PER_MIN),
+             "replay": threshold("nvlink_replay_errors_per_min", spec, node, DERIVED_REPLAY_PER_MIN)}
     out = node.run(STATUS_ARGV, timeout_s=20.0)
     if not out.ok:
         why = "nvidia-smi is not installed" if out.missing else (out.stderr or out.stdout or "failed").strip()[:160]
-        return [skip("health.nvlink", ROLE, f"nvidia-smi nvlink -s: {why}")]
+        alone = _counters_alone(node, f"nvidia-smi nvlink -s: {why}", ceiling, rates)
+        return alone or [skip("health.nvlink", ROLE, f"nvidia-smi nvlink -s: {why}")]
     links = parse_status(out.stdout)
     if not links:
         wanted = threshold("nvlink_links_per_gpu", spec, node, None)
@@ -273,11 +323,16 @@ def run(spec: dict, node: Node) -> list:
             judged.append((gpu, name, per, want))
     if not judged:
         return [skip("health.nvlink", ROLE, "no active NVLink on any GPU and no nvlink_links_per_gpu expected")]
-    ceiling = threshold("nvlink_error_count", spec, node, DERIVED_ERRORS)
-    rates = {"crc": threshold("nvlink_crc_errors_per_min", spec, node, DERIVED_CRC_PER_MIN),
-             "replay": threshold("nvlink_replay_errors_per_min", spec, node, DERIVED_REPLAY_PER_MIN)}
     any_active = any(s is not None for _, _, per, _ in judged for s in per.values())
     errors_out = node.run(ERRORS_ARGV, timeout_s=20.0) if any_active else None
     errors = parse_errors(errors_out.stdout) if errors_out is not None and errors_out.ok else {}
     return [judge_gpu(gpu, name, per, errors.get(gpu, {}), want, ceiling, node, gpu in all_inactive, rates)
             for gpu, name, per, want in judged]
+
+
+def _counters_alone(node: Node, why: str, ceiling: Threshold, rates: dict) -> list:
+    """The counters judged without the link status, for each GPU `nvlink -e` lists with any; [] when none."""
+    out = node.run(ERRORS_ARGV, timeout_s=20.0)
+    errors = parse_errors(out.stdout) if out.ok else {}
+    return [judge_counters_only(gpu, per, ceiling, node, why, rates)
+            for gpu, per in sorted(errors.items()) if per]

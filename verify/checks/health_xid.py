@@ -5,9 +5,16 @@
 long-lived node: then only the Xids still in it are seen (the result says which source was read).
 
 Each code gets its action class from verify.judging.xid_catalog (NVIDIA's catalog, 172 codes); the class
-sets the status (verify.judging.verdicts). An unknown code is WARN naming it. Xid 154 carries the
-driver's own recovery action. A reset-gpu fault seen in more than one incident since the lookback start
-was not cured by a reset: drain-rma.
+sets the status (verify.judging.verdicts). An unknown code is WARN naming it; a code too long to be one
+(a damaged line) is WARN "unreadable". Xid 154 carries the driver's own recovery action. Xid 74 and the
+NVLink5 codes name their link in the message ("link 3").
+
+Incidents are counted as the vendor counts them: one failure is one incident however many lines it prints
+(Xid 48 + 63 + a 94 per channel, or a GSP timeout repeated every few seconds), and a reset-gpu fault
+RECURS only when it is seen again after the GPU was reset or the driver reloaded
+(verify.facts.kernel_log.resets: the driver's load banner, and the GPU identity line the driver prints
+before the first Xid after each (re)initialisation). A reboot starts a new log: the scheduler hook keeps
+FAIL-class events open across runs until the boot id changes. A recurrence is drain-rma.
 
 Lookback: `node.memo["lookback"]` = {"since_utc": ISO-8601 or None, "source": "last verify run <stamp>" |
 "operator ack <stamp>: <reason>" | "boot"} (set by the run that knows the node's history). Events before
@@ -26,7 +33,15 @@ from typing import Optional
 
 from verify.checks.common import result, skip
 from verify.checks.health_common import RESEAT, ROLE
-from verify.facts.kernel_log import XidEvent, boot_time_utc, lost_events, read_kernel_log, when_utc, xid_events
+from verify.facts.kernel_log import (
+    boot_time_utc,
+    lost_events,
+    read_kernel_log,
+    resets,
+    sxid_events,
+    when_utc,
+    xid_events,
+)
 from verify.facts.pci import gpu_indices, live_reason, nvidia_gpus_on_bus
 from verify.judging import verdicts
 from verify.judging.xid_catalog import lookup, recovery_action
@@ -34,13 +49,13 @@ from verify.node import Node
 from verify.result import Status
 
 RECOVERY = 154  # "GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)"
-# One fault prints several lines within a second (Xid 48 + 63 + a 94 per channel); lines further apart
-# than this are separate incidents, so a second incident means the fault came back.
-INCIDENT_GAP_S = 60.0
+UNREADABLE = "unreadable"  # the key and words for an Xid line whose code is too long to be one
 
 
-def classify(code: int, line: str) -> tuple:
-    """(action class, what the code is) for one Xid line."""
+def classify(code: Optional[int], line: str) -> tuple:
+    """(action class, what the code is) for one Xid line (code None: unreadable, a damaged line)."""
+    if code is None:
+        return verdicts.WATCH, "Xid code unreadable (a damaged line)"
     entry = lookup(code)
     if entry is None:
         return verdicts.WATCH, "not in NVIDIA's Xid catalog"
@@ -51,51 +66,59 @@ def classify(code: int, line: str) -> tuple:
     return entry.action, entry.name
 
 
-def _moment(event: XidEvent) -> Optional[float]:
-    record = event.record
-    if record.uptime_s is not None:
-        return record.uptime_s
-    return record.utc.timestamp() if record.utc is not None else None
+def incidents(events: list, marks: list = ()) -> int:
+    """How many separate incidents `events` (one GPU's) are: the number of spans between that GPU's resets
+    and driver loads (`marks`: kernel_log.resets) that hold any of them; 0 for none. Lines with no reset
+    between them are one failure however far apart they are."""
+    if not events:
+        return 0
+    bus = events[0].bus
+    cuts = sorted(seq for seq, marked in marks if marked is None or marked == bus)
+    spans = {sum(1 for cut in cuts if cut < event.record.seq) for event in events}
+    return len(spans)
 
 
-def incidents(events: list) -> int:
-    """Separate incidents among events (more than INCIDENT_GAP_S apart); undated lines count as one."""
-    moments = sorted(m for m in (_moment(e) for e in events) if m is not None)
-    count = 1 if moments or events else 0
-    for before, after in zip(moments, moments[1:]):
-        count += after - before > INCIDENT_GAP_S
-    return count
+def _code_key(code: Optional[int]) -> str:
+    return UNREADABLE if code is None else str(code)
 
 
 def judge_events(bus: str, events: list, gpu_index, source: str, lost: tuple = None,
-                 earlier: list = (), since: str = "boot"):
+                 earlier: list = (), since: str = "boot", marks: list = ()):
     """One GPU's Xid events since the lookback start (`earlier`: those before it, kept as history; `lost`:
-    (count, message) when the driver printed it lost from the bus without an Xid 79) -> one result."""
+    (count, message) when the driver printed it lost from the bus without an Xid 79; `marks`: the log's
+    resets, kernel_log.resets) -> one result."""
     name = f"GPU {gpu_index} ({bus})" if gpu_index is not None else f"GPU at {bus}"
     index = gpu_index if gpu_index is not None else bus
     by_code: dict = {}
     for event in events:
         by_code.setdefault(event.code, []).append(event)
-    resets = [e for e in events if classify(e.code, e.record.line)[0] == verdicts.RESET_GPU]
-    recurring = incidents(resets) > 1
+    resettable = [e for e in events if classify(e.code, e.record.line)[0] == verdicts.RESET_GPU]
+    seen_in = incidents(resettable, marks)
     xids, parts, classes, process = {}, [], [], None
-    for code, seen in sorted(by_code.items()):
+    for code, seen in sorted(by_code.items(), key=lambda item: (item[0] is None, item[0] or 0)):
         last = seen[-1].record.line
         action, what = classify(code, last)
-        if recurring and action == verdicts.RESET_GPU:
-            action, what = verdicts.recurred(action, incidents(resets)), f"{what}; {verdicts.RECURS}"
+        if seen_in > 1 and action == verdicts.RESET_GPU:
+            action, what = verdicts.recurred(action, seen_in), f"{what}; {verdicts.RECURS} ({seen_in} incidents)"
         if action == verdicts.APPLICATION:
             named = next((verdicts.process_named(e.record.line) for e in reversed(seen)
                           if verdicts.process_named(e.record.line)), None)
             process = process or named
             what += f"; application {named}" if named else "; application"
+        links = sorted({e.link for e in seen if e.link is not None})
+        if links:
+            what += f"; NVLink {', '.join(str(link) for link in links)}"
         classes.append(action)
-        parts.append(f"Xid {code} x{len(seen)} ({what}: {action})")
-        xids[str(code)] = {"count": len(seen), "last": last, verdicts.ACTION_KEY: action}
+        parts.append(f"Xid {_code_key(code)} x{len(seen)} ({what}: {action})")
+        xids[_code_key(code)] = {"count": len(seen), "last": last, verdicts.ACTION_KEY: action}
+        if links:
+            xids[_code_key(code)]["links"] = links
     details = {"bus_id": bus, "source": source, "xids": xids}
+    if resettable:
+        details["incidents"] = seen_in
     if earlier:
-        details["before_lookback"] = {str(e.code): {"count": sum(x.code == e.code for x in earlier),
-                                                    "last": e.record.line} for e in earlier}
+        details["before_lookback"] = {_code_key(e.code): {"count": sum(x.code == e.code for x in earlier),
+                                                          "last": e.record.line} for e in earlier}
     if lost:
         # lost with no Xid 79: at probe (the load or reboot did not bring it back), so reseat, then RMA
         parts.insert(0, f"fallen off the bus x{lost[0]} (driver message, no Xid 79: {verdicts.DRAIN_RMA})")
@@ -110,6 +133,30 @@ def judge_events(bus: str, events: list, gpu_index, source: str, lost: tuple = N
     fix = RESEAT.format(what=name) if lost else verdicts.remedy(action, index, name, process)
     return result(f"health.gpu.xid.{bus}", ROLE, verdicts.status_of(action), expected, ", ".join(parts),
                   f"{name} logged {', '.join(parts)} since {since} ({source})", details=details, fix=fix)
+
+
+def judge_sxids(bus: str, events: list, source: str, since: str = "boot"):
+    """One NVSwitch's SXid events -> one result. NVIDIA Fabric Manager User Guide ("NVSwitch SXid errors"):
+    a fatal SXid leaves the switch's links unusable until the GPUs and switches are reset together, which on
+    a baseboard means draining and restarting the node (reboot, RMA if it recurs); non-fatal ones are
+    logged and counted (watch). Each event is named by switch, PCI bus id, code and link."""
+    heads = [e for e in events if e.fatal is not None]
+    fatal = [e for e in heads if e.fatal]
+    action = verdicts.REBOOT if fatal else verdicts.WATCH
+    by_code: dict = {}
+    for event in heads:
+        by_code.setdefault((event.code, event.fatal), set()).add(event.link)
+    parts = [f"SXid {code} {'fatal' if is_fatal else 'non-fatal'} on link(s) "
+             f"{', '.join(str(link) for link in sorted(links))}" for (code, is_fatal), links in sorted(by_code.items())]
+    switch = events[0].switch
+    details = {"bus_id": bus, "switch": switch, "source": source, verdicts.ACTION_KEY: action,
+               "sxids": {str(code): {"fatal": is_fatal, "links": sorted(links)}
+                         for (code, is_fatal), links in sorted(by_code.items())},
+               "lines": len(events)}
+    said = "; ".join(parts) or f"{len(events)} SXid detail line(s)"
+    return result(f"health.nvswitch.sxid.{bus}", ROLE, verdicts.status_of(action), f"no SXid since {since}", said,
+                  f"NVSwitch {switch} ({bus}): {said} since {since} ({source})", details=details,
+                  fix=verdicts.remedy(action, bus, f"NVSwitch {switch} ({bus})"))
 
 
 def lookback(node: Node) -> tuple:
@@ -157,8 +204,14 @@ def run(spec: dict, node: Node) -> list:
                           details={"source": source})]
     else:
         indices = gpu_indices(node)
+        marks = resets(log)
         results = [judge_events(bus, judged.get(bus, []), indices.get(bus), source, lost.get(bus),
-                                earlier.get(bus, []), since_what) for bus in buses]
+                                earlier.get(bus, []), since_what, marks) for bus in buses]
+    switches: dict = {}
+    for event in sxid_events(log):
+        if not is_history(event.record):
+            switches.setdefault(event.bus, []).append(event)
+    results += [judge_sxids(bus, events, source, since_what) for bus, events in sorted(switches.items())]
     if since:
         for each in results:
             each.details["lookback"] = {"since_utc": since.isoformat(), "source": since_what}

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional
 
+from verify.facts import smi_q
 from verify.node import Node
 
 FIELDS = (
@@ -24,9 +25,16 @@ FIELDS = (
     "temperature.gpu", "temperature.gpu.tlimit", "temperature.memory",
     "power.draw", "enforced.power.limit",
     "vbios_version",  # for the fleet's uniformity report (node facts: firmware)
+    # SRAM and DRAM apart (nvidia-smi --help-query-gpu: "ecc.errors.uncorrected.volatile.sram" / ".dram",
+    # volatile = since the driver loaded, aggregate = the GPU's lifetime); drivers without them drop them
+    "ecc.errors.uncorrected.volatile.sram", "ecc.errors.uncorrected.volatile.dram",
+    "ecc.errors.uncorrected.aggregate.sram", "ecc.errors.uncorrected.aggregate.dram",
 )
 REQUIRED = ("index", "pci.bus_id", "name")
-MEMORY_FIELDS = FIELDS[3:10]  # ECC mode and counters, retired pages, remapped rows
+SPLIT_ECC_FIELDS = FIELDS[-4:]
+SRAM_THRESHOLD = "ecc.sram_threshold_exceeded"  # from nvidia-smi -q only (verify.facts.smi_q)
+# ECC mode and counters, retired pages, remapped rows, the SRAM split and its RMA flag
+MEMORY_FIELDS = FIELDS[3:10] + SPLIT_ECC_FIELDS + (SRAM_THRESHOLD,)
 _INVALID = re.compile(r'Field "([^"]+)" is not a valid field to query')
 _NOT_A_VALUE = ("n/a", "[n/a]", "[not supported]", "not supported", "[unknown error]", "")
 
@@ -56,6 +64,13 @@ class GpuHealth:
         except ValueError:
             raise HealthParseError(f"GPU {self.index} {name} = {value!r} is not a number") from None
 
+    def number_or_none(self, name: str) -> Optional[float]:
+        """number(), with an unreadable value as None (for deciding whether to ask more, not for judging)."""
+        try:
+            return self.number(name)
+        except HealthParseError:
+            return None
+
     def active(self, name: str) -> Optional[bool]:
         """'Active'/'Yes' -> True, 'Not Active'/'No' -> False, N/A -> None."""
         value = self.text(name)
@@ -71,6 +86,34 @@ class GpuHealth:
     @property
     def label(self) -> str:
         return f"GPU {self.index} ({self.bus_id})"
+
+
+Q_ARGV = ["nvidia-smi", "-q"]
+Q_ECC_ARGV = ["nvidia-smi", "-q", "-d", "ECC"]  # the SRAM threshold flag: in -q only, not in --query-gpu
+
+
+def from_smi_q(text: str) -> list:
+    """`nvidia-smi -q` text -> [GpuHealth] with the same field names as the CSV (verify.facts.smi_q)."""
+    return [GpuHealth(gpu.index, gpu.bus_id, fields["name"], fields)
+            for gpu, fields in ((gpu, smi_q.health_fields(gpu)) for gpu in smi_q.parse(text))]
+
+
+def _with_sram_threshold(node: Node, gpus: list) -> list:
+    """Where a GPU counts SRAM uncorrectable errors, the driver's "SRAM Threshold Exceeded" flag (NVIDIA's
+    RMA criterion for SRAM) from `nvidia-smi -q -d ECC`, asked only then."""
+    if not any(gpu.number_or_none(name) for gpu in gpus for name in
+               ("ecc.errors.uncorrected.aggregate.sram", "ecc.errors.uncorrected.volatile.sram")):
+        return gpus
+    out = node.run(Q_ECC_ARGV, timeout_s=20.0)
+    if not out.ok:
+        return gpus
+    flags = {gpu.bus_id.lower(): gpu.get("ECC Errors/Aggregate/SRAM Threshold Exceeded")
+             for gpu in smi_q.parse(out.stdout)}
+    for gpu in gpus:
+        flag = flags.get(gpu.bus_id.lower())
+        if flag is not None:
+            gpu.fields.setdefault(SRAM_THRESHOLD, flag)
+    return gpus
 
 
 def argv(fields=FIELDS) -> list:
@@ -107,26 +150,35 @@ def parse(text: str) -> list:
 
 
 def query(node: Node) -> tuple:
-    """(gpus, reason): the readings, or [] and why none could be had. Memoised for the run."""
+    """(gpus, reason): the readings, or [] and why none could be had. Memoised for the run. Where the CSV
+    query is not answered (an old driver, or a capture of `nvidia-smi -q` alone through --inject), the
+    same readings come from `nvidia-smi -q`."""
     if "health_smi" in node.memo:
         return node.memo["health_smi"]
-    fields, answer = list(FIELDS), ([], "")
-    for _ in range(4):  # at most three unknown fields dropped (drivers older than R535)
+    gpus, reason = _query_csv(node)
+    if gpus:
+        gpus = _with_sram_threshold(node, gpus)
+    elif reason:
+        out = node.run(Q_ARGV, timeout_s=60.0)
+        from_q = from_smi_q(out.stdout) if out.ok else []
+        if from_q:
+            gpus, reason = from_q, ""
+    node.memo["health_smi"] = answer = (gpus, reason)
+    return answer
+
+
+def _query_csv(node: Node) -> tuple:
+    fields, invalid = list(FIELDS), None
+    for _ in range(8):  # at most seven unknown fields dropped (drivers older than R535)
         out = node.run(argv(fields), timeout_s=20.0)
         if out.missing:
-            answer = ([], "nvidia-smi is not installed")
-            break
+            return [], "nvidia-smi is not installed"
         invalid = _INVALID.search(out.stdout + out.stderr)
         if invalid and invalid.group(1) in fields and invalid.group(1) not in REQUIRED:
             fields.remove(invalid.group(1))
             continue
         if not out.ok:
             message = (out.stderr.strip() or out.stdout.strip() or f"exit {out.returncode}").splitlines()[0]
-            answer = ([], f"nvidia-smi failed: {message[:160]}")
-            break
-        answer = (parse(out.stdout), "")
-        break
-    else:
-        answer = ([], f"nvidia-smi rejected the health fields (last: {invalid.group(1) if invalid else '?'})")
-    node.memo["health_smi"] = answer
-    return answer
+            return [], f"nvidia-smi failed: {message[:160]}"
+        return parse(out.stdout), ""
+    return [], f"nvidia-smi rejected the health fields (last: {invalid.group(1) if invalid else '?'})"

@@ -139,6 +139,11 @@ _NOTICE = re.compile(
     r"x(?P<cwidth>\d{1,2}) link\)", re.ASCII)
 
 
+def is_bandwidth_notice(message: str) -> bool:
+    """Whether a kernel message is a 'limited by' notice (the scheduler hook keeps these with the driver's)."""
+    return _NOTICE.search(message) is not None
+
+
 def parse_bandwidth_notices(log: str) -> dict:
     """Kernel log text -> {PCI address (lower case): the LAST 'limited by' notice for it} (a device
     re-probed, e.g. after a driver reload, prints it again; the last one is today's link)."""

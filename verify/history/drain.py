@@ -13,12 +13,12 @@ dry_run the read-only query still runs and the changing commands are only listed
 """
 from __future__ import annotations
 
-import json
 import re
 import shlex
 from dataclasses import dataclass, field
 from typing import Optional
 
+from verify.bounded_load import loads_json_bounded
 from verify.judging import verdicts
 from verify.result import CheckResult, Status, sort_for_people
 
@@ -168,15 +168,17 @@ def _slurm(node, action: Action, failure: str, dry_run: bool) -> None:
 
 def k8s_state(text: str) -> tuple:
     """(our label value or None, our taint present, reason annotation) from `kubectl get node NAME -o json`."""
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise SchedulerError(f"kubectl get node -o json: not JSON ({exc})") from exc
-    meta = data.get("metadata") or {} if isinstance(data, dict) else {}
-    taints = ((data.get("spec") or {}).get("taints") or []) if isinstance(data, dict) else []
-    labels = meta.get("labels") or {}
+    command = "kubectl get node -o json"
+    data = _kubectl_json(text, command)
+    if not isinstance(data, dict):
+        raise SchedulerError(f"{command}: not a node object")
+    meta = _field(data, "metadata", dict, command)
+    taints = _field(_field(data, "spec", dict, command), "taints", list, f"{command}.spec")
+    labels = _field(meta, "labels", dict, f"{command}.metadata")
+    annotations = _field(meta, "annotations", dict, f"{command}.metadata")
     ours = any(isinstance(t, dict) and t.get("key") == K8S_KEY and t.get("effect") == "NoSchedule" for t in taints)
-    return labels.get(K8S_KEY), ours, (meta.get("annotations") or {}).get(K8S_REASON_ANNOTATION, "")
+    label, reason = labels.get(K8S_KEY), annotations.get(K8S_REASON_ANNOTATION, "")
+    return (label if isinstance(label, str) else None), ours, (reason if isinstance(reason, str) else "")
 
 
 def _kubernetes(node, action: Action, failure: str, dry_run: bool) -> None:
@@ -214,14 +216,15 @@ def _kubernetes(node, action: Action, failure: str, dry_run: bool) -> None:
 # drained in the scheduler; a fleet run (plan) counts the hosts it is about to drain.
 
 DEFAULT_CAP = "10%"
-_CAP = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(%?)\s*$")
+# ASCII digits, bounded before float(): "9" x 400 became inf and int(inf) raised OverflowError
+_CAP = re.compile(r"^\s*([0-9]{1,9}(?:\.[0-9]{1,6})?)\s*(%?)\s*$")
 
 
 def parse_cap(text: str) -> tuple:
     """'10%' -> ('share', 10.0), '3' -> ('count', 3); ValueError naming the text."""
-    match = _CAP.match(str(text))
+    match = _CAP.match(str(text)) if len(str(text)) <= 40 else None
     if not match:
-        raise ValueError(f"drain cap {text!r}: give a share of the hosts ('10%') or a count ('3')")
+        raise ValueError(f"drain cap {str(text)[:40]!r}: give a share of the hosts ('10%') or a count ('3')")
     number = float(match.group(1))
     if match.group(2):
         if number > 100:
@@ -285,14 +288,36 @@ def drained_by_us(node, scheduler: str = "auto") -> tuple:
             if name and flags & {"DRAIN", "DRAINED", "DRAINING"} and reason.startswith(SLURM_REASON_PREFIX):
                 ours.append(name.group(1))
         return len(lines), ours
-    try:
-        items = json.loads(_run(node, ["kubectl", "get", "nodes", "-o", "json"])).get("items") or []
-    except (ValueError, AttributeError) as exc:
-        raise SchedulerError(f"kubectl get nodes -o json: not a node list ({exc})") from exc
-    ours = [str((item.get("metadata") or {}).get("name")) for item in items
-            if any(isinstance(t, dict) and t.get("key") == K8S_KEY
-                   for t in (item.get("spec") or {}).get("taints") or [])]
+    data = _kubectl_json(_run(node, ["kubectl", "get", "nodes", "-o", "json"]), "kubectl get nodes -o json")
+    items = _field(data, "items", list, "kubectl get nodes -o json")
+    ours = []
+    for index, item in enumerate(items):
+        where = f"kubectl get nodes -o json: items[{index}]"
+        if not isinstance(item, dict):
+            raise SchedulerError(f"{where}: not a node object")
+        name = _field(_field(item, "metadata", dict, where), "name", str, f"{where}.metadata")
+        taints = _field(_field(item, "spec", dict, where), "taints", list, f"{where}.spec")
+        if any(isinstance(t, dict) and t.get("key") == K8S_KEY for t in taints):
+            ours.append(name)
     return len(items), ours
+
+
+def _kubectl_json(text: str, command: str):
+    """kubectl's JSON, bounded (verify.bounded_load): too deep, NaN or not JSON is a SchedulerError by name."""
+    try:
+        return loads_json_bounded(text, command)
+    except ValueError as exc:  # BoundedLoadError
+        raise SchedulerError(f"{command}: not a node list ({exc})") from None
+
+
+def _field(data, name: str, kind: type, where: str):
+    """data[name] when it is of `kind` (an absent or null one as empty); SchedulerError naming it otherwise."""
+    value = data.get(name) if isinstance(data, dict) else None
+    if value is None:
+        return kind()
+    if not isinstance(value, kind):
+        raise SchedulerError(f"{where}.{name}: expected {kind.__name__}, got {type(value).__name__}")
+    return value
 
 
 def cap_allows(node, node_name: str, cap: str = DEFAULT_CAP, scheduler: str = "auto") -> tuple:

@@ -7,6 +7,7 @@ counters the next run judges as increases (issue 26 item 3): `counters_of` keeps
 from __future__ import annotations
 
 import datetime
+import re
 import secrets
 from dataclasses import dataclass, field
 from typing import Optional
@@ -16,8 +17,12 @@ from verify.history.store import HistoryError, HistoryStore, Measurement, RunRec
 from verify.result import CheckResult, Status, counts, exit_code
 
 CONFIG_VALUE_LIMIT = 200  # characters kept of one observed config value
-# Results that are judgements of the history itself, or of the fleet, are not the node's config.
-NOT_CONFIG_ROLES = frozenset({regress.ROLE, "fleet", "verify", "scheduler"})
+# Results that are judgements of the history itself, or of the fleet, are not the node's config; nor are the
+# health checks': they read the hardware's state (temperatures, clocks, power, link speeds, error counters),
+# which moves by nature between two runs of an unchanged node ("50 C of T.Limit headroom" -> "48 C" drifted
+# four times on an idle 4x H200), and each run judges them against their own thresholds.
+# Drift compares configuration values only: the tuned roles' observed values and the version facts.
+NOT_CONFIG_ROLES = frozenset({regress.ROLE, "fleet", "verify", "scheduler", "health"})
 # The counters a health result carries, as its check writes them into details and reads them back from
 # node.memo["previous_counters"][check_id]: (check id prefix, details key, nesting depth).
 COUNTER_DETAILS = (
@@ -68,16 +73,21 @@ def _counter_shape(check_id: str) -> Optional[tuple]:
     return None
 
 
+_COUNT_TEXT = re.compile(r"[0-9]{1,20}")
+
+
 def counter_depth(check_id: str) -> Optional[int]:
     shape = _counter_shape(check_id)
     return shape[1] if shape else None
 
 
 def _count(value: object) -> Optional[int]:
+    """A driver counter from a report: a whole number in [0, 2**64), or None. Text is matched as at most 20
+    ASCII digits before int() ("²".isdigit() is true and a 5000-digit string raises ValueError)."""
+    if isinstance(value, str) and _COUNT_TEXT.fullmatch(value.strip()):
+        value = int(value.strip())
     if isinstance(value, int) and not isinstance(value, bool):
-        return value if value >= 0 else None
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value.strip())
+        return value if 0 <= value < 1 << 64 else None
     return None
 
 

@@ -22,7 +22,8 @@ from verify.scheduler.state import DEFAULT_DIR
 DEFAULT_TEXTFILE_DIR = "/var/lib/tunefleet-metrics"  # root-owned 0755; node_exporter --collector.textfile.directory
 EXIT_HELP = ("exit codes: prolog/epilog 0 run the job (also when a check could not run), 1 a check FAILed (the "
              "node was drained); health 0 ok, 1 FAIL, 2 bad input, 3 could not check (ERROR); npd 0 OK, 1 problem, "
-             "2 unknown")
+             "2 unknown; every mode 70 tunefleet itself failed (no verdict, never a drain: the Slurm hook answers "
+             "'could not check', NPD Unknown)")
 
 
 def add_parser(sub) -> None:

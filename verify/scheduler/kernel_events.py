@@ -4,7 +4,8 @@ On the live node the records come straight from /dev/kmsg (no subprocess; only r
 cursor are formatted), elsewhere (a --root tree, a drill's captured `dmesg --kernel`) from
 verify.facts.kernel_log's reader. The cursor is (boot id, dmesg's boot-relative stamp of the last record):
 a new boot starts from its beginning. Only kernel-facility records are read (userspace cannot write
-those to /dev/kmsg), and only the driver's own "NVRM: " records are kept (verify.facts.kernel_log).
+those to /dev/kmsg), and only what the kernel-log checks judge is kept: the driver's own "NVRM: " records
+and the kernel's PCIe "limited by" notices, by the same filter verify uses (verify.facts.kernel_log.judged).
 
 The Xid check then reads exactly these records (node.memo[kernel_log.MEMO_KEY] is set to them), so an
 event is judged once, in the interval it appeared, except FAIL-class events (Xid 79, a GPU lost from the
@@ -15,11 +16,20 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 from dataclasses import dataclass
 from typing import Optional
 
 from verify.checks.health_xid import classify
-from verify.facts.kernel_log import MEMO_KEY, driver_records, lost_events, read_kernel_log, xid_events
+from verify.facts.kernel_log import (
+    MEMO_KEY,
+    judged,
+    kernel_records,
+    lost_events,
+    read_kernel_log,
+    sxid_events,
+    xid_events,
+)
 from verify.judging import verdicts
 from verify.node import Node
 from verify.result import Status
@@ -41,16 +51,21 @@ def boot_id(node: Node) -> str:
     return node.read_value(BOOT_ID) or ""
 
 
+# "prio,seq,usec,flags;": prio is facility << 3 | level (at most 3 digits), seq and usec are u64 (20 digits)
+_KMSG_HEAD = re.compile(r"^(\d{1,3}),(\d{1,20}),(\d{1,20})(?:,[^;]*)?$", re.ASCII)
+
+
 def parse_kmsg_record(raw: bytes) -> Optional[tuple]:
-    """One /dev/kmsg record ("prio,seq,usec,flags;message\\n KEY=value...") -> (facility, uptime_s, message)."""
+    """One /dev/kmsg record ("prio,seq,usec,flags;message\\n KEY=value...") -> (facility, uptime_s, message);
+    None for anything else (total: every number is bounded before it is converted)."""
     text = raw.decode("utf-8", errors="replace")
     head, sep, rest = text.partition(";")
-    fields = head.split(",")
-    if not sep or len(fields) < 3 or not fields[0].isdigit() or not fields[2].isdigit():
+    match = _KMSG_HEAD.match(head) if sep else None
+    if match is None:
         return None
     message = rest.split("\n", 1)[0]
     # the kernel escapes non-printable bytes as \xNN; only the driver's records matter and they print none
-    return int(fields[0]) >> 3, int(fields[2]) / 1e6, message
+    return int(match.group(1)) >> 3, int(match.group(3)) / 1e6, message
 
 
 def read_kmsg(after_s: Optional[float], path: str = KMSG) -> Since:
@@ -78,7 +93,7 @@ def read_kmsg(after_s: Optional[float], path: str = KMSG) -> Since:
                 continue
             count += 1
             last = uptime if last is None else max(last, uptime)
-            if "NVRM: " in message:
+            if judged(message):
                 lines.append(f"[{uptime:12.6f}] {message}")
     finally:
         os.close(fd)
@@ -86,11 +101,15 @@ def read_kmsg(after_s: Optional[float], path: str = KMSG) -> Since:
 
 
 def from_text(log: str, source: str, after_s: Optional[float]) -> Since:
-    """The driver's records of a whole log newer than `after_s` (records with no boot-relative stamp are
-    always new: nothing places them before the cursor)."""
+    """The judged records of a whole log (kernel_log.judged, with the driver's continuation lines) newer than
+    `after_s` (records with no boot-relative stamp are always new: nothing places them before the cursor)."""
     lines, last, count = [], after_s, 0
-    for record in driver_records(log):
-        if after_s is not None and record.uptime_s is not None and record.uptime_s <= after_s:
+    keep = False
+    for record in kernel_records(log):
+        if not record.continuation:
+            keep = judged(record.message) and not (
+                after_s is not None and record.uptime_s is not None and record.uptime_s <= after_s)
+        if not keep:
             continue
         count += 1
         if record.uptime_s is not None:
@@ -113,10 +132,12 @@ def read_since(node: Node, after_s: Optional[float], use_kmsg: bool) -> tuple:
 
 
 def failing_lines(text: str) -> list:
-    """The lines of FAIL-class driver events in `text` (Xid codes whose class FAILs, GPUs lost from the bus)."""
+    """The lines of FAIL-class driver events in `text` (Xid codes whose class FAILs, GPUs lost from the bus,
+    fatal NVSwitch SXids)."""
     kept = [e.record.line for e in xid_events(text)
             if verdicts.status_of(classify(e.code, e.record.line)[0]) is Status.FAIL]
     kept += [message for _, message, _ in lost_events(text)]
+    kept += [e.record.line for e in sxid_events(text) if e.fatal]  # a fatal SXid: reboot-class until the reboot
     return kept
 
 

@@ -3,14 +3,19 @@ node out until it reboots, and the error counters of the last run (so counters a
 
 One JSON file in a root-owned 0700 directory (default /var/lib/tunefleet/scheduler), written atomically
 through verify.safe_io (new name, fsync, rename; no symlink followed). A state that cannot be read or
-trusted is never fatal: the run goes on from boot and says so in a WARN row (`scheduler.state`).
+trusted is never fatal: it is set aside (renamed `state.json.damaged`, the last one kept for a person to
+read), the run goes on as a first run, judged from boot, and says so in a WARN row (`scheduler.state`)
+naming both files. Every number in it is bounded before it is used: a file tunefleet wrote, damaged,
+must never end a hook (an integer too large for a float once ended every mode with OverflowError).
 """
 from __future__ import annotations
 
 import contextlib
 import errno
 import json
+import math
 import os
+import stat
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
@@ -22,6 +27,11 @@ FILE_NAME = "state.json"
 SCHEMA = "tunefleet.scheduler_state/v1"
 MAX_BYTES = 1 << 20
 MAX_OPEN_EVENTS = 100
+DAMAGED_NAME = FILE_NAME + ".damaged"
+# Stamps are Unix times or seconds since boot, counters the driver's 64-bit counts: anything larger is damage.
+MAX_SECONDS = 1e12
+MAX_COUNT = 1 << 64
+MAX_TEXT = 4096  # an open event is one driver line; boot_id one UUID
 
 
 @dataclass
@@ -54,9 +64,42 @@ def parse(text: str) -> State:
             if not isinstance(data[name], kind) or isinstance(data[name], bool):
                 raise ValueError(f"{name} is {type(data[name]).__name__}")
             setattr(state, name, data[name])
-    if not all(isinstance(line, str) for line in state.open_events):
+    if not all(isinstance(line, str) and len(line) <= MAX_TEXT for line in state.open_events):
         raise ValueError("open_events holds something other than lines of text")
+    if len(state.boot_id) > MAX_TEXT:
+        raise ValueError(f"boot_id is {len(state.boot_id)} characters long")
+    state.kernel_uptime_s = _seconds("kernel_uptime_s", state.kernel_uptime_s)
+    state.counters_at = _seconds("counters_at", state.counters_at)
+    for mode, when in state.last_run.items():
+        state.last_run[mode] = _seconds(f"last_run.{mode}", when)
+    for check_id, counters in state.counters.items():
+        if not isinstance(counters, dict):
+            raise ValueError(f"counters.{check_id} is {type(counters).__name__}")
+        for name, count in counters.items():
+            _count(f"counters.{check_id}.{name}", count)
     return state
+
+
+def _seconds(name: str, value: object) -> Optional[float]:
+    """A saved stamp as a float in [0, MAX_SECONDS], None kept; ValueError naming it otherwise."""
+    if value is None:
+        return None
+    # bounded before float(): float() of a 400-digit integer raises OverflowError
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+            (isinstance(value, int) and abs(value) > MAX_SECONDS):
+        raise ValueError(f"{name} is not a time in seconds: {str(value)[:40]}")
+    value = float(value)
+    if not (math.isfinite(value) and 0 <= value <= MAX_SECONDS):
+        raise ValueError(f"{name} is not a time in seconds: {value!r}")
+    return value
+
+
+def _count(name: str, value: object) -> None:
+    """A saved counter: a whole count in [0, 2**64) (the checks compare it with the live one), or null."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < MAX_COUNT:
+        raise ValueError(f"{name} is not a counter: {str(value)[:40]}")
 
 
 def open_state_dir(directory: str) -> int:
@@ -68,31 +111,65 @@ def open_state_dir(directory: str) -> int:
 
 
 def load(directory: str) -> tuple:
-    """(State, warning or ""): a missing file is a first run; anything unreadable is a fresh State + why."""
+    """(State, warning or ""): a missing file is a first run; anything unreadable is set aside (renamed
+    DAMAGED_NAME) and the run is a first run, the warning naming both files."""
     try:
         dir_fd = open_state_dir(directory)
     except OSError as exc:
         return State(), f"state directory {directory} cannot be used: {exc.strerror or exc}; judged from boot"
     try:
-        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
-        fd = os.open(FILE_NAME, flags, dir_fd=dir_fd)
+        why = _damage(dir_fd)
+        if not why:
+            return _state_in(dir_fd), ""
     except FileNotFoundError:
         return State(), ""
-    except OSError as exc:
-        why = "is a symlink" if exc.errno == errno.ELOOP else (exc.strerror or str(exc))
-        return State(), f"state file {directory}/{FILE_NAME} {why}; ignored, judged from boot"
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        why = f"is unreadable ({exc.strerror})" if isinstance(exc, OSError) and exc.strerror else \
+            f"is corrupt ({str(exc)[:120]})"
+        return State(), _set_aside(dir_fd, directory, why)
+    else:
+        return State(), _set_aside(dir_fd, directory, why)
     finally:
         os.close(dir_fd)
+
+
+def _damage(dir_fd: int) -> str:
+    """Why the state file cannot be read as ours ('' when it can): a symlink or not a regular file."""
+    info = os.stat(FILE_NAME, dir_fd=dir_fd, follow_symlinks=False)
+    if stat.S_ISLNK(info.st_mode):
+        return "is a symlink"
+    if not stat.S_ISREG(info.st_mode):
+        return "is not a regular file"
+    return ""
+
+
+def _state_in(dir_fd: int) -> State:
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     try:
+        fd = os.open(FILE_NAME, flags, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # made a symlink since _damage looked
+            raise ValueError("it is a symlink") from None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError("it is not a regular file")
         data = os.read(fd, MAX_BYTES + 1)
     finally:
         os.close(fd)
+    if len(data) > MAX_BYTES:
+        raise ValueError(f"larger than {MAX_BYTES} bytes")
+    return parse(data.decode("utf-8"))
+
+
+def _set_aside(dir_fd: int, directory: str, why: str) -> str:
+    """Rename the damaged file (never following it) so the next save starts clean and a person can read it."""
+    path = f"{directory}/{FILE_NAME}"
     try:
-        if len(data) > MAX_BYTES:
-            raise ValueError(f"larger than {MAX_BYTES} bytes")
-        return parse(data.decode("utf-8")), ""
-    except (ValueError, UnicodeDecodeError) as exc:
-        return State(), f"state file {directory}/{FILE_NAME} is corrupt ({str(exc)[:120]}); ignored, judged from boot"
+        os.rename(FILE_NAME, DAMAGED_NAME, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except OSError as exc:
+        return f"state file {path} {why}; not set aside ({exc.strerror or exc}); ignored, judged from boot"
+    return f"state file {path} {why}; set aside as {directory}/{DAMAGED_NAME}; judged from boot as a first run"
 
 
 def save(directory: str, state: State) -> str:
