@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Optional
 
-from verify.safe_io import check_dir_trusted
+from verify.safe_io import check_dir_trusted, check_file_trusted
 
 SCHEMA = "tunefleet.desired_state/v1"
 SECTIONS = ("sysctl", "network", "storage", "gpu", "memory", "limits", "cpu", "verify")
@@ -50,10 +50,22 @@ def project_root() -> Path:
     return package.parent
 
 
+def _check_trusted(path: str, what: str) -> None:
+    """A desired state or vars file decides what root checks, measures and passes to tools: like --inject, only
+    one root (or we) alone can change, in a directory that passes the trust check (verify.safe_io)."""
+    try:
+        check_file_trusted(path)
+    except FileNotFoundError:
+        return  # the bounded reader says "does not exist" with its own wording
+    except OSError as exc:
+        raise SpecError(f"{what} {path}: {exc.strerror or exc}") from None
+
+
 def load_spec_file(path: str) -> dict:
     """A rendered desired state (JSON, or YAML on the controller), read with size and nesting limits."""
     from verify.bounded_load import BoundedLoadError, load_json_bounded, load_yaml_bounded
 
+    _check_trusted(path, "desired state")
     try:
         if path.endswith((".yml", ".yaml")):
             data = load_yaml_bounded(path, what="desired state")
@@ -145,6 +157,7 @@ def load_vars_file(path: str) -> dict:
     """An inventory-style vars file (YAML or JSON) used as overrides, read with size and nesting limits."""
     from verify.bounded_load import BoundedLoadError, load_yaml_bounded
 
+    _check_trusted(path, "vars file")
     try:
         data = load_yaml_bounded(path, what="vars file")
     except BoundedLoadError as exc:

@@ -193,6 +193,8 @@ def verify_node(spec: dict, node: Node, bench: bool = True, bench_names: Optiona
         "benchmarks": bool(bench),
         "bench": bench_record,
         "command": "tunefleet " + " ".join(sys.argv[1:]) if sys.argv else "",
+        # Which interpreter ran verify and its engines (a fleet run: how verify.fleet.node_python found it).
+        "python": dict((spec.get("verify") or {}).get("python") or {}, running=sys.executable),
     }
     return build_report(spec, facts, results, run)
 

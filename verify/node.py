@@ -14,7 +14,7 @@ from typing import Callable, Optional
 from verify import kernel_rules
 from verify.kernel_rules import MAX_CPUS
 from verify.runner import CommandOutput, run_command
-from verify.safe_io import read_capped
+from verify.safe_io import read_beneath, read_capped
 
 _INTEGER = re.compile(r"-?[0-9]{1,19}")  # ASCII, 64-bit: a 5000-digit "integer" is not a kernel value
 
@@ -59,15 +59,15 @@ class Node:
         """The file's bytes (a binary sysfs file: PCI config space), or None as for read().
 
         Bounded (verify.safe_io.read_capped): a regular file only, never more than `cap` bytes. Under
-        --root a link is followed only where it stays inside the tree (Debian's sysctl.d/99-sysctl.conf ->
-        ../sysctl.conf does; a planted link to the live /etc/shadow does not); on the live node links are
-        the kernel's and the distribution's (/etc/os-release -> ../usr/lib/os-release)."""
-        path = self.path(absolute)
-        live = self.root in ("/", "")
+        --root the path is resolved beneath the tree by descriptor (verify.safe_io.read_beneath), as a chroot
+        would: Debian's sysctl.d/99-sysctl.conf -> ../sysctl.conf stays in the tree, a planted link to the live
+        /etc/shadow reads the tree's own etc/shadow, and a link swapped in while it is read is refused, never
+        followed out. On the live node links are the kernel's and the distribution's
+        (/etc/os-release -> ../usr/lib/os-release)."""
         try:
-            if not live:
-                path = os.path.realpath(path)
-            return read_capped(path, cap, follow_symlinks=live, within=None if live else self.root)
+            if self.root in ("/", ""):
+                return read_capped(self.path(absolute), cap, follow_symlinks=True)
+            return read_beneath(self.root, absolute, cap)
         except OSError:
             return None
 

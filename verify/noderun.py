@@ -34,14 +34,35 @@ def archive_reports(report_dir: str, archive: str) -> int:
     return len(names)
 
 
+def spec_with_python(spec_path: str, search_path: str) -> str:
+    """A copy of the desired state beside it whose verify.python holds the interpreter search (the report's run
+    facts say which interpreter ran; the benchmarks' torch rows say which were tried when none imports torch)."""
+    import json
+
+    from verify.bounded_load import load_json_bounded
+    from verify.safe_io import read_trusted_file
+
+    spec = load_json_bounded(spec_path, what="desired state")
+    search = json.loads(read_trusted_file(search_path))
+    spec.setdefault("verify", {})["python"] = dict(search, running=sys.executable)
+    out = os.path.join(os.path.dirname(os.path.abspath(spec_path)), "desired_state.with-python.json")
+    write_file_atomic(out, json.dumps(spec), PRIVATE_FILE)
+    return out
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m verify.noderun")
     parser.add_argument("--spec", required=True)
     parser.add_argument("--out", required=True, help="directory for the reports")
     parser.add_argument("--format", default="json,md,junit,prom")
     parser.add_argument("--archive", required=True, help="tar.gz of the reports, for one fetch")
+    parser.add_argument("--python-search", default="",
+                        help="the answer of verify.fleet.node_python: which interpreter runs this, what was tried")
     args = parser.parse_args(argv)
     from verify.cli import main as verify_main
+
+    if args.python_search:
+        args.spec = spec_with_python(args.spec, args.python_search)
 
     # --no-history: a fleet run's history is kept once, on the controller (verify.fleet.recording.finish_fleet).
     code = verify_main(["verify", "--local", "--spec", args.spec, "--out", args.out, "--format", args.format,

@@ -374,3 +374,114 @@ def command_path(interpreter_first: bool = False) -> str:
             continue
         kept.append(directory)
     return os.pathsep.join(kept)
+
+
+def is_plain_component(name: str) -> bool:
+    """Whether `name` (an inventory host name, a rail, an interface, any value from a node or an inventory)
+    can be used as one path component: never empty, '.', '..', a '/' or a NUL, so <run>/<name> stays
+    inside <run>. The one rule for every name that becomes a path."""
+    return bool(name) and name not in (".", "..") and "/" not in name and "\0" not in name
+
+
+def check_plain_component(name: str, what: str) -> str:
+    """`name` when is_plain_component, else ValueError naming `what` and the value."""
+    if not is_plain_component(name):
+        raise ValueError(f"{what} {name!r} cannot name a directory: it must be one path component "
+                         "(no '/', not '.' or '..', not empty)")
+    return name
+
+
+def check_not_option(value: str, what: str) -> str:
+    """`value` (a host, an address, an interface from an inventory, a node or a user) when a tool can never read
+    it as an option: not empty, no leading '-', no whitespace or NUL; ValueError naming `what` otherwise."""
+    if not value or value.startswith("-") or any(c.isspace() or c == "\0" for c in value):
+        raise ValueError(f"{what} {value!r} could be read as an option or split by a tool: refusing to pass it on")
+    return value
+
+
+def trusted_import_dirs(entries) -> list:
+    """The absolute directories of `entries` (verify_node_pythonpath, a work directory) to put on sys.path of a
+    Python running as root, each after check_dir_trusted: UnsafePathError naming the directory and its owner
+    (or writer) for the first one others could change, before anything is imported from any of them."""
+    kept: list = []
+    for entry in entries:
+        if not entry or entry in kept:
+            continue
+        if not os.path.isabs(entry):
+            raise UnsafePathError(errno.EINVAL, f"import directory {entry!r} is not an absolute path: refusing to "
+                                  "put it on the path of a Python running as root")
+        try:
+            check_dir_trusted(entry)
+        except FileNotFoundError:
+            continue  # nothing there to import: harmless, as Python itself skips it
+        except UnsafePathError as exc:
+            raise UnsafePathError(errno.EPERM, f"import directory {entry}: {exc.strerror or exc}") from None
+        kept.append(entry)
+    return kept
+
+
+def _walk_beneath(tree_fd: int, relative: str, path: str) -> int:
+    """A read descriptor of `relative` resolved beneath the open directory `tree_fd`, as a chroot would resolve it:
+    every component opened O_NOFOLLOW by descriptor, links resolved here (an absolute target from the tree's
+    top, '..' never above it), so a name swapped for a link between two steps is refused (ELOOP), never
+    followed out of the tree. Each open is checked to be the object that was resolved (device and inode)."""
+    stack = [os.dup(tree_fd)]
+    parts = [p for p in relative.split("/") if p]
+    links = 0
+    try:
+        while parts:
+            name = parts.pop(0)
+            if name == ".":
+                continue
+            if name == "..":
+                if len(stack) > 1:
+                    os.close(stack.pop())
+                continue
+            seen = os.stat(name, dir_fd=stack[-1], follow_symlinks=False)
+            if stat.S_ISLNK(seen.st_mode):
+                links += 1
+                if links > _MAX_LINKS:
+                    raise OSError(errno.ELOOP, f"too many symlinks in {path}")
+                target = os.readlink(name, dir_fd=stack[-1])
+                if target.startswith("/"):
+                    while len(stack) > 1:
+                        os.close(stack.pop())
+                parts = [p for p in target.split("/") if p] + parts
+                continue
+            last = not parts
+            if not last and not stat.S_ISDIR(seen.st_mode):
+                raise NotADirectoryError(errno.ENOTDIR, f"{path}: {name} is not a directory")
+            flags = (_READ_FLAGS | os.O_NOFOLLOW) if last else _DIR_FLAGS
+            try:
+                fd = os.open(name, flags, dir_fd=stack[-1])
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise UnsafePathError(exc.errno, f"{path} changed while it was read (a name became a link): "
+                                          "refused") from None
+                raise
+            opened = os.fstat(fd)
+            if (opened.st_dev, opened.st_ino) != (seen.st_dev, seen.st_ino):
+                os.close(fd)
+                raise UnsafePathError(errno.ESTALE, f"{path} changed while it was read: refused")
+            if last:
+                return fd
+            stack.append(fd)
+        raise IsADirectoryError(errno.EISDIR, f"{path} is a directory")
+    finally:
+        for fd in stack:
+            os.close(fd)
+
+
+def read_beneath(tree: str, absolute: str, max_bytes: int = DEFAULT_READ_CAP) -> bytes:
+    """At most max_bytes of `absolute` inside `tree` (a --root tree a user may have built), resolved beneath the
+    tree by descriptor (_walk_beneath), never resolved and then reopened by name: a link planted or swapped in
+    the tree cannot put a file from outside it in a report. Bounded as read_capped."""
+    tree_fd = os.open(tree, _DIR_FLAGS & ~os.O_NOFOLLOW)  # the tree itself is what the operator named
+    try:
+        fd = _walk_beneath(tree_fd, absolute, os.path.join(tree, absolute.lstrip("/")))
+    finally:
+        os.close(tree_fd)
+    try:
+        return read_capped_fd(fd, os.path.join(tree, absolute.lstrip("/")), max_bytes)
+    finally:
+        os.close(fd)

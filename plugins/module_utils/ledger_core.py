@@ -14,7 +14,6 @@ import json
 import os
 import re
 import stat
-import tempfile
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 from ansible_collections.tunefleet.gpu_node.plugins.module_utils.kernel_rules import parse_choices, value_words
@@ -48,6 +47,117 @@ def on_node(root: str, path: str) -> str:
     if root in ("", "/"):
         return path
     return os.path.join(root, path.lstrip("/"))
+
+
+# ---------------------------------------------------------------- directories root writes in
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+
+
+def _untrusted(info: os.stat_result, passing: bool) -> Optional[str]:
+    # The collection ships without the verify package: this is verify.safe_io.untrusted_because's mode-bit rule.
+    if info.st_uid not in (0, os.geteuid()):
+        return f"is owned by uid {info.st_uid}, not root"
+    if info.st_mode & stat.S_IWGRP and info.st_gid != 0:
+        return f"is writable by group {info.st_gid} (mode {stat.S_IMODE(info.st_mode):04o})"
+    if info.st_mode & stat.S_IWOTH and not (passing and info.st_mode & stat.S_ISVTX):
+        return f"is writable by everyone (mode {stat.S_IMODE(info.st_mode):04o})"
+    return None
+
+
+def open_root_dir(directory: str, create: bool = False, mode: int = 0o700) -> int:
+    """A descriptor of `directory`, walked from / one component at a time (O_NOFOLLOW): a symlink is followed
+    only when root owns it in a directory only root can change (never a user's link to a root directory), and
+    every directory must be root's and writable by no one else (a sticky /tmp may be passed through). create:
+    missing directories are made with `mode`. LedgerError names the directory and its owner otherwise."""
+    parts = [p for p in directory.split("/") if p]
+    fd, where, links = os.open("/", _DIR_FLAGS), "/", 0
+    try:
+        while parts:
+            name = parts.pop(0)
+            if name in (".", ".."):
+                raise LedgerError(f"{directory}: '.' and '..' are not followed")
+            here = os.path.join(where, name)
+            made = False
+            try:
+                info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(name, mode, dir_fd=fd)
+                    made = True
+                info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            if stat.S_ISLNK(info.st_mode):
+                links += 1
+                if info.st_uid != 0 or links > 40:
+                    raise LedgerError(f"{here} is a symlink of uid {info.st_uid} (on the way to {directory}): "
+                                      "refusing to follow it as root; nothing was changed")
+                target = os.readlink(name, dir_fd=fd)
+                parts = [p for p in target.split("/") if p] + parts
+                if target.startswith("/"):
+                    os.close(fd)
+                    fd, where = os.open("/", _DIR_FLAGS), "/"
+                continue
+            child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            if made:
+                os.fchmod(child, mode)  # whatever the umask
+            why = _untrusted(os.fstat(child), passing=bool(parts))
+            os.close(fd)
+            fd, where = child, here
+            if why:
+                raise LedgerError(f"directory {here} (on the way to {directory}) {why}: refusing to write there as "
+                                  "root; nothing was changed")
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def make_dirs(directory: str, mode: int = 0o755) -> None:
+    """`directory` and its missing parents (made with `mode`), by open_root_dir's walk."""
+    os.close(open_root_dir(directory, create=True, mode=mode))
+
+
+def remove_in_root_dir(where: str, directory: bool = False) -> None:
+    """Remove the file (or empty directory) `where` by its parent's descriptor (open_root_dir): a link on the
+    way is never followed, a link at `where` itself is removed, never its target. Absent: nothing to do."""
+    try:
+        dir_fd = open_root_dir(os.path.dirname(where))
+    except FileNotFoundError:
+        return
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            if directory:
+                os.rmdir(os.path.basename(where), dir_fd=dir_fd)
+            else:
+                os.unlink(os.path.basename(where), dir_fd=dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def private_dir_fd(directory: str) -> int:
+    """The ledger's or the marker's directory (made if missing), opened by open_root_dir and set to 0700 on its
+    descriptor (never chmod by name, which follows a link)."""
+    fd = open_root_dir(directory, create=True)
+    try:
+        if stat.S_IMODE(os.fstat(fd).st_mode) != 0o700:
+            os.fchmod(fd, 0o700)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def check_owned_file(fd: int, shown: str) -> None:
+    """A ledger or marker read for a restore must be root's and writable by no one else, or LedgerError names
+    its owner (a user's ledger would make restore write the user's content as root)."""
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        raise LedgerError(f"{shown} is not a regular file; nothing was changed")
+    why = _untrusted(info, passing=False)
+    if why:
+        raise LedgerError(f"{shown} {why}: refusing to trust it; nothing was changed (move it aside)")
 
 
 # ---------------------------------------------------------------- live kernel values
@@ -153,28 +263,36 @@ def same_file(recorded: dict, current: dict) -> bool:
 def write_file_atomically(
     where: str, data: bytes, mode: int, uid: Optional[int] = None, gid: Optional[int] = None
 ) -> None:
-    """Readers see the old file or the new one, never half of it, even across a crash."""
-    directory = os.path.dirname(where)
-    fd, tmp = tempfile.mkstemp(prefix=".tunefleet-", dir=directory)
+    """Readers see the old file or the new one, never half of it, even across a crash. The directory is
+    opened by open_root_dir (no user's link followed, no directory others can write) and everything
+    happens by its descriptor."""
+    dir_fd = open_root_dir(os.path.dirname(where))
+    try:
+        write_in_dir_fd(dir_fd, os.path.basename(where), data, mode, uid, gid)
+    finally:
+        os.close(dir_fd)
+
+
+def write_in_dir_fd(dir_fd: int, name: str, data: bytes, mode: int, uid: Optional[int] = None,
+                    gid: Optional[int] = None) -> None:
+    tmp = f".tunefleet-{os.urandom(6).hex()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600,
+                 dir_fd=dir_fd)
     try:
         with os.fdopen(fd, "wb") as handle:
-            # mkstemp opened it O_EXCL|O_NOFOLLOW; mode and owner go on the descriptor, never by name.
+            # mode and owner go on the descriptor, never by name.
             os.fchmod(handle.fileno(), mode)
             if uid is not None and gid is not None and (uid, gid) != (os.getuid(), os.getgid()):
                 os.fchown(handle.fileno(), uid, gid)
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        os.rename(tmp, where)
+        os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+            os.unlink(tmp, dir_fd=dir_fd)
         raise
-    dir_fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    os.fsync(dir_fd)
 
 
 # ---------------------------------------------------------------- services
@@ -263,7 +381,13 @@ def load_ledger(root: str, ledger_path: str) -> dict:
     where = on_node(root, ledger_path)
     keep = "it was left as it is; move it aside only after checking what it holds"
     try:
-        with open(where, "rb") as handle:
+        dir_fd = open_root_dir(os.path.dirname(where))
+        try:
+            fd = os.open(os.path.basename(where), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+        finally:
+            os.close(dir_fd)
+        with os.fdopen(fd, "rb") as handle:
+            check_owned_file(handle.fileno(), f"ledger {ledger_path}")
             raw = handle.read(MAX_LEDGER_BYTES + 1)
     except FileNotFoundError:
         return empty_ledger()
@@ -296,20 +420,23 @@ def load_ledger(root: str, ledger_path: str) -> dict:
 
 
 def save_ledger(root: str, ledger_path: str, ledger: dict) -> None:
-    directory = on_node(root, os.path.dirname(ledger_path))
-    os.makedirs(directory, mode=0o700, exist_ok=True)
-    os.chmod(directory, 0o700)
-    text = json.dumps(ledger, indent=2, sort_keys=True) + "\n"
-    write_file_atomically(on_node(root, ledger_path), text.encode("utf-8"), 0o600)
+    dir_fd = private_dir_fd(on_node(root, os.path.dirname(ledger_path)))
+    try:
+        text = json.dumps(ledger, indent=2, sort_keys=True) + "\n"
+        write_in_dir_fd(dir_fd, os.path.basename(ledger_path), text.encode("utf-8"), 0o600)
+    finally:
+        os.close(dir_fd)
 
 
 @contextlib.contextmanager
 def ledger_lock(root: str, ledger_path: str) -> Iterator[None]:
     """Two plays on one node must not interleave read-modify-write of the ledger."""
-    directory = on_node(root, os.path.dirname(ledger_path))
-    os.makedirs(directory, mode=0o700, exist_ok=True)
-    os.chmod(directory, 0o700)
-    fd = os.open(on_node(root, ledger_path) + ".lock", os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600)
+    dir_fd = private_dir_fd(on_node(root, os.path.dirname(ledger_path)))
+    try:
+        fd = os.open(os.path.basename(ledger_path) + ".lock", os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600,
+                     dir_fd=dir_fd)
+    finally:
+        os.close(dir_fd)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

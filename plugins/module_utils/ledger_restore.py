@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import stat
 from dataclasses import asdict, dataclass, field
 from typing import List, Optional
 
@@ -18,13 +19,15 @@ from ansible_collections.tunefleet.gpu_node.plugins.module_utils.ledger_core imp
     file_bytes,
     module_loaded,
     on_node,
+    open_root_dir,
     read_live_value,
+    remove_in_root_dir,
     same_file,
     same_value,
     service_state,
     snapshot_file,
     utc_now,
-    write_file_atomically,
+    write_in_dir_fd,
     write_live_value,
 )
 
@@ -87,27 +90,32 @@ def _reloads_for(changed_files: List[str]) -> List[str]:
 def _restore_file(root: str, path: str, recorded: dict) -> None:
     where = on_node(root, path)
     if recorded["state"] == "absent":
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(where)
+        remove_in_root_dir(where)
         # Directories the roles created for this file go too, if nothing else lives there.
         for directory in reversed(recorded.get("created_dirs", [])):
             try:
-                os.rmdir(on_node(root, directory))
+                remove_in_root_dir(on_node(root, directory), directory=True)
             except OSError as exc:
                 if exc.errno not in (errno.ENOENT, errno.ENOTEMPTY, errno.EEXIST):
                     raise
                 if exc.errno != errno.ENOENT:
                     break
         return
-    os.makedirs(os.path.dirname(where), exist_ok=True)
-    if recorded["state"] == "link":
+    # The directory by descriptor from / (open_root_dir): a user's link on the way is never followed.
+    dir_fd = open_root_dir(os.path.dirname(where), create=True, mode=0o755)
+    name = os.path.basename(where)
+    try:
+        if recorded["state"] == "link":
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(name, dir_fd=dir_fd)
+            os.symlink(recorded["target"], name, dir_fd=dir_fd)
+            return
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(where)
-        os.symlink(recorded["target"], where)
-        return
-    if os.path.islink(where):
-        os.unlink(where)
-    write_file_atomically(where, file_bytes(recorded), int(recorded["mode"], 8), recorded["uid"], recorded["gid"])
+            if stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode):
+                os.unlink(name, dir_fd=dir_fd)
+        write_in_dir_fd(dir_fd, name, file_bytes(recorded), int(recorded["mode"], 8), recorded["uid"], recorded["gid"])
+    finally:
+        os.close(dir_fd)
 
 
 def _run(runner: Runner, argv: List[str], result: RestoreResult) -> bool:
@@ -227,5 +235,9 @@ def archive_ledger(root: str, ledger_path: str, when: str = "") -> str:
     stamp = (when or utc_now()).replace(":", "").replace("-", "")
     base, ext = os.path.splitext(ledger_path)
     target = f"{base}.restored-{stamp}{ext}"
-    os.rename(on_node(root, ledger_path), on_node(root, target))
+    dir_fd = open_root_dir(on_node(root, os.path.dirname(ledger_path)))
+    try:
+        os.rename(os.path.basename(ledger_path), os.path.basename(target), src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    finally:
+        os.close(dir_fd)
     return target

@@ -20,8 +20,10 @@ from ansible_collections.tunefleet.gpu_node.plugins.module_utils.kernel_rules im
 from ansible_collections.tunefleet.gpu_node.plugins.module_utils.ledger_core import (
     DEFAULT_LEDGER_PATH,
     LedgerError,
+    make_dirs,
     module_loaded,
     record,
+    remove_in_root_dir,
     snapshot_file,
     write_file_atomically,
 )
@@ -386,16 +388,10 @@ def apply_files(changes: list) -> None:
     for change in changes:
         path = change["path"]
         if change["state"] == "absent":
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
+            remove_in_root_dir(path)
             continue
-        missing, parent = [], os.path.dirname(path)
-        while not os.path.isdir(parent):
-            missing.append(parent)
-            parent = os.path.dirname(parent)
-        for directory in reversed(missing):
-            os.mkdir(directory, 0o755)
-            os.chmod(directory, 0o755)  # whatever the umask
+        # Missing directories made 0755 by descriptor from / (ledger_core.open_root_dir: no user's link followed).
+        make_dirs(os.path.dirname(path), 0o755)
         write_file_atomically(path, change["after"].encode("utf-8"), int(change["mode"], 8), 0, 0)
 
 

@@ -34,6 +34,13 @@ options:
     description: With no O(reasons), remove a marker from this boot too (C(playbooks/restore.yml) sets it).
     type: bool
     default: false
+  read_only:
+    description:
+      - Only read the marker (the reboot role's check before rebooting) and return O(path)'s state and reasons in
+        RV(present) and RV(reasons); nothing is written. The marker's directory is walked by descriptor as for a
+        write, so a path through another user's symlink is refused and a marker that is a link is never read.
+    type: bool
+    default: false
   root:
     description: Tree holding C(/proc) and O(path); only tests change it.
     type: path
@@ -51,6 +58,15 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+present:
+  description: With O(read_only), whether a marker is there.
+  returned: when read_only
+  type: bool
+reasons:
+  description: With O(read_only), the marker's reasons (a marker without readable reasons gives one generic reason).
+  returned: when read_only
+  type: list
+  elements: str
 pending:
   description: Why a reboot is still needed - this run's reasons, else a kept marker's from this boot, else empty.
   returned: always
@@ -91,7 +107,8 @@ from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.tunefleet.gpu_node.plugins.module_utils.ledger_core import (  # noqa: E402
     LedgerError,
     on_node,
-    write_file_atomically,
+    open_root_dir,
+    write_in_dir_fd,
 )
 from ansible_collections.tunefleet.gpu_node.plugins.module_utils.module_guard import failing_cleanly  # noqa: E402
 
@@ -161,24 +178,37 @@ def parse_marker(text: str) -> tuple:
 
 def read_marker(root: str, path: str) -> Earlier:
     where = on_node(root, path)
+    name = os.path.basename(where)
     try:
-        info = os.lstat(where)
+        # The directory by descriptor from / (ledger_core.open_root_dir): a user's link on the way is refused.
+        dir_fd = open_root_dir(os.path.dirname(where))
     except FileNotFoundError:
         return Earlier(present=False)
-    except OSError as exc:
-        raise MarkerError(f"reboot_marker_path {path}: cannot be examined ({exc.strerror})") from None
-    if stat.S_ISLNK(info.st_mode):
-        # Reading through it as root could disclose any file; it is replaced or removed instead.
-        return Earlier(present=True, problem=f"is a symlink (to {os.readlink(where)!r}), not followed")
-    if not stat.S_ISREG(info.st_mode):
-        raise MarkerError(f"reboot_marker_path {path}: is not a regular file (a directory?); "
-                          "nothing was changed; move it aside")
+    except LedgerError as exc:
+        raise MarkerError(f"reboot_marker_path {exc}") from None
     try:
-        fd = os.open(where, os.O_RDONLY | os.O_NOFOLLOW)
-        with os.fdopen(fd, "rb") as handle:
-            raw = handle.read(MAX_MARKER_BYTES + 1)
-    except OSError as exc:
-        return Earlier(present=True, problem=f"cannot be read ({exc.strerror})")
+        try:
+            info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return Earlier(present=False)
+        except OSError as exc:
+            raise MarkerError(f"reboot_marker_path {path}: cannot be examined ({exc.strerror})") from None
+        if stat.S_ISLNK(info.st_mode):
+            # Reading through it as root could disclose any file; it is replaced or removed instead.
+            target = os.readlink(name, dir_fd=dir_fd)
+            return Earlier(present=True, problem=f"is a symlink (to {target!r}), not followed")
+        if not stat.S_ISREG(info.st_mode):
+            raise MarkerError(f"reboot_marker_path {path}: is not a regular file (a directory?); "
+                              "nothing was changed; move it aside")
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+            with os.fdopen(fd, "rb") as handle:
+                info = os.fstat(handle.fileno())
+                raw = handle.read(MAX_MARKER_BYTES + 1)
+        except OSError as exc:
+            return Earlier(present=True, problem=f"cannot be read ({exc.strerror})")
+    finally:
+        os.close(dir_fd)
     if len(raw) > MAX_MARKER_BYTES:
         return Earlier(present=True, problem=f"is larger than {MAX_MARKER_BYTES} bytes")
     try:
@@ -200,28 +230,31 @@ def earlier_state(earlier: Earlier, boot_id: str) -> str:
 
 
 def ensure_directory(directory: str, check_mode: bool) -> bool:
-    """The ledger's directory: root-only (0700, root:root) whether created here or found. True if changed."""
+    """The marker's directory: root-only (0700, root:root) whether created here or found. True if changed.
+    Walked by descriptor from / (ledger_core.open_root_dir), so a user's link to a root directory is refused
+    instead of that directory being chmod-ed; mode and owner are set on the descriptor."""
     owner = wanted_owner()
     try:
-        info = os.stat(directory)
+        fd = open_root_dir(directory, create=not check_mode)
     except FileNotFoundError:
-        if not check_mode:
-            os.makedirs(directory, mode=0o700)
-            os.chmod(directory, 0o700)  # makedirs' mode is masked by the umask
-            if owner is not None:
-                os.chown(directory, *owner)
-        return True
-    if not stat.S_ISDIR(info.st_mode):
-        raise MarkerError(f"{directory}: is not a directory, so reboot_marker_path cannot be written there")
-    changed = False
-    if stat.S_IMODE(info.st_mode) != 0o700:
-        changed = True
-        if not check_mode:
-            os.chmod(directory, 0o700)
-    if owner is not None and (info.st_uid, info.st_gid) != owner:
-        changed = True
-        if not check_mode:
-            os.chown(directory, *owner)
+        return True  # check mode: it would be made
+    except NotADirectoryError:
+        raise MarkerError(f"{directory}: is not a directory, so reboot_marker_path cannot be written there") from None
+    except LedgerError as exc:
+        raise MarkerError(f"reboot_marker_path: {exc}") from None
+    try:
+        info = os.fstat(fd)
+        changed = False
+        if stat.S_IMODE(info.st_mode) != 0o700:
+            changed = True
+            if not check_mode:
+                os.fchmod(fd, 0o700)
+        if owner is not None and (info.st_uid, info.st_gid) != owner:
+            changed = True
+            if not check_mode:
+                os.fchown(fd, *owner)
+    finally:
+        os.close(fd)
     return changed
 
 
@@ -243,7 +276,12 @@ def apply(root: str, path: str, reasons: List[str], forget_earlier: bool, check_
         same = earlier.boot_id is not None and earlier.text == after and earlier.file_ok
         directory_changed = ensure_directory(os.path.dirname(where), check_mode)
         if not same and not check_mode:
-            write_file_atomically(where, after.encode("utf-8"), 0o600, *(wanted_owner() or (None, None)))
+            dir_fd = open_root_dir(os.path.dirname(where))
+            try:
+                write_in_dir_fd(dir_fd, os.path.basename(where), after.encode("utf-8"), 0o600,
+                                *(wanted_owner() or (None, None)))
+            finally:
+                os.close(dir_fd)
         changed, action, pending = directory_changed or not same, ("unchanged" if same else "written"), list(reasons)
     elif found == "absent":
         changed, action, pending = False, "none", []
@@ -253,7 +291,11 @@ def apply(root: str, path: str, reasons: List[str], forget_earlier: bool, check_
         after, changed, action, pending = "", True, "removed", []
         if not check_mode:
             try:
-                os.unlink(where)  # removes a symlink itself, never its target
+                dir_fd = open_root_dir(os.path.dirname(where))
+                try:
+                    os.unlink(os.path.basename(where), dir_fd=dir_fd)  # a symlink itself, never its target
+                finally:
+                    os.close(dir_fd)
             except OSError as exc:
                 if exc.errno != errno.ENOENT:
                     raise MarkerError(f"reboot_marker_path {path}: cannot be removed ({exc.strerror})") from None
@@ -263,12 +305,23 @@ def apply(root: str, path: str, reasons: List[str], forget_earlier: bool, check_
     return result
 
 
+def read_only(root: str, path: str) -> dict:
+    """What the reboot role needs before rebooting: whether a marker is there and its reasons (never written)."""
+    earlier = read_marker(root, path)
+    reasons = list(earlier.reasons or []) or ([UNNAMED_REASON] if earlier.present else [])
+    result = {"changed": False, "path": path, "present": earlier.present, "reasons": reasons}
+    if earlier.problem:
+        result["earlier_problem"] = f"{path} {earlier.problem}"
+    return result
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "path": {"type": "path", "default": "/var/lib/tunefleet/reboot-required"},
             "reasons": {"type": "list", "elements": "str", "default": []},
             "forget_earlier": {"type": "bool", "default": False},
+            "read_only": {"type": "bool", "default": False},
             "root": {"type": "path", "default": "/"},
         },
         supports_check_mode=True,
@@ -276,6 +329,8 @@ def main() -> None:
     with failing_cleanly(module, "tunefleet.gpu_node.reboot_marker"):
         p = module.params
         try:
+            if p["read_only"]:
+                module.exit_json(**read_only(p["root"], p["path"]))
             result = apply(p["root"], p["path"], p["reasons"], p["forget_earlier"], module.check_mode)
         except MarkerError as exc:
             module.fail_json(msg=str(exc))

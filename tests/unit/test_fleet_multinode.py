@@ -27,15 +27,18 @@ def launch_args(*extra: str):
 
 def test_torchrun_gets_the_rendezvous_and_this_node_rank():
     argv = launcher_argv(launch_args())
-    assert argv[1:3] == ["-m", "torch.distributed.run"]
+    # torchrun and each rank: isolated (-I), the module named after the bootstrap's import directories
+    assert argv[1:4] == ["-I", "-u", "-c"] and argv[6] == "torch.distributed.run" and argv[7] == "--no-python"
     assert {"--nnodes=3", "--nproc-per-node=8", "--node-rank=1", "--master-addr=10.0.0.1",
             "--master-port=29531"} <= set(argv)
-    assert argv[argv.index("-m", 3) + 1:][:2] == ["verify.fleet.multinode", "worker"]
+    rank = argv[argv.index(sys.executable, 1):]
+    assert rank[1:4] == ["-I", "-u", "-c"] and rank[6:8] == ["verify.fleet.multinode", "worker"]
 
 
 def test_mpirun_and_srun_start_every_rank_of_every_host():
     mpi = launcher_argv(launch_args("--launcher", "mpirun"))
     assert mpi[:5] == ["mpirun", "--host", "a:8,b:8,c:8", "-np", "24"]
+    assert "PYTHONPATH" not in mpi and mpi[mpi.index(sys.executable) + 1] == "-I"
     srun = launcher_argv(launch_args("--launcher", "srun"))
     assert srun[:3] == ["srun", "--nodes=3", "--ntasks-per-node=8"]
 

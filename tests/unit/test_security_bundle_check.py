@@ -149,7 +149,9 @@ def test_the_playbook_rechecks_the_bundle_after_packing_and_before_any_node_gets
         role = task.get("ansible.builtin.import_role") or {}
         assert "ansible.builtin.setup" in task or role.get("tasks_from") == "defaults.yml", task["name"]
     first = nodes["tasks"][0]
-    assert argv_of(first)[1:3] == ["-m", "verify.fleet.bundle"] and "--check" in argv_of(first), \
+    # isolated (-I) through the one bootstrap (verify.isolated), then the module
+    assert argv_of(first)[1:4] == ["-I", "-B", "-c"] and argv_of(first)[7] == "verify.fleet.bundle" \
+        and "--check" in argv_of(first), \
         "the --check task is the nodes' play's first task, before every task that ships (ship.yml's copy)"
     assert argv_of(first)[-1] == "{{ __verify_node_bundle }}" and nodes["vars"]["__verify_node_bundle"] == packed[0], \
         "the file checked is the file packed, and the one ship.yml copies"

@@ -283,7 +283,28 @@ def run_benchmarks(
         finally:
             if record is not None:
                 record.setdefault("family_s", {})[family] = round(time.perf_counter() - began, 3)
-    return results
+    return torch_rows_unchecked(results, ((spec or {}).get("verify") or {}).get("python"))
+
+
+# What the GPU families say when the verify process cannot import torch (gpu, hostcopy, gpu_burn; nccl when
+# nccl-tests is missing too).
+TORCH_MISSING = ("PyTorch is not installed", "nor PyTorch installed")
+
+
+def torch_rows_unchecked(results: list, search: Optional[dict]) -> list:
+    """On a node with GPUs where no interpreter imports torch (the fleet's interpreter search,
+    verify.fleet.node_python, in the desired state's verify.python), a GPU row SKIPped for want of torch
+    could not be checked: ERROR naming every interpreter tried, never "not applicable"."""
+    if not isinstance(search, dict) or search.get("used") or not search.get("gpus"):
+        return results
+    tried = "; ".join(f"{t.get('python')} ({t.get('outcome')}: {t.get('detail')})" for t in search.get("tried") or [])
+    return [CheckResult(r.check_id, r.role, Status.ERROR, r.expected, r.observed,
+                        f"could not be checked: this node has {search['gpus']} GPU(s) but no interpreter imports "
+                        f"torch; tried {tried or 'none'}",
+                        "install PyTorch for root's python3, or set verify_node_python to an interpreter that "
+                        "imports it (a root-owned venv's bin/python3)",
+                        dict(r.details, python_tried=search.get("tried") or []))
+            if r.status == Status.SKIP and any(said in r.reason for said in TORCH_MISSING) else r for r in results]
 
 
 def interrupted_rows(family: str, exc: BaseException, rest: list, seen: set) -> list:

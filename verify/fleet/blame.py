@@ -30,7 +30,7 @@ from verify.fleet.pairing import (
 )
 from verify.report.pair_matrix import pairs_section
 from verify.result import CheckResult, Status
-from verify.safe_io import write_file_atomic
+from verify.safe_io import is_plain_component, write_file_atomic
 
 PREFIX = "network.path_mtu."
 # A target is blamed when at least this many hosts, and at least half of those that tested it,
@@ -288,7 +288,7 @@ def _host_error(value) -> str:
 
 def _host_dir(run_dir: str, host: str) -> Optional[str]:
     """<run>/<host>, None for a name that is not one plain path component."""
-    if not host or host in (".", "..") or os.sep in host or "\0" in host:
+    if not is_plain_component(host):
         return None
     return os.path.join(run_dir, host)
 

@@ -22,6 +22,7 @@ import sys
 from typing import Optional, Sequence
 
 from verify.bounded_load import load_json_bounded
+from verify.engine import engine_argv
 
 CHECK_ID = "fleet.nccl_allreduce_multinode"
 THRESHOLD_KEY = "nccl_allreduce_internode_busbw_gbps"
@@ -31,23 +32,27 @@ REMEDIATION = ("gpu: gpu_nccl_conf (NCCL_IB_HCA, NCCL_SOCKET_IFNAME); network: n
 
 def launcher_argv(args: argparse.Namespace) -> list:
     """argv that starts this host's ranks; the worker is this module's `worker` mode."""
-    worker = ["-m", "verify.fleet.multinode", "worker", "--backend", args.backend, "--max-bytes", str(args.max_bytes),
+    worker = ["worker", "--backend", args.backend, "--max-bytes", str(args.max_bytes),
               "--min-bytes", str(args.min_bytes), "--iters", str(args.iters), "--warmup", str(args.warmup),
               "--out", args.result_file, "--timeout-s", str(args.timeout_s)]
     if getattr(args, "sendrecv", False):
         worker.append("--sendrecv")
+    # Every interpreter runs isolated with only the trusted import directories this launcher itself got
+    # (verify.engine.engine_argv: -I, then engine_sys_path); torchrun starts that argv as is (--no-python),
+    # so no rank ever reads PYTHONPATH or a sitecustomize.py from the caller's directories.
+    worker_argv = engine_argv("verify.fleet.multinode", worker)
     if args.launcher == "torchrun":
-        return [sys.executable, "-m", "torch.distributed.run", f"--nnodes={args.nnodes}",
-                f"--nproc-per-node={args.nproc_per_node}", f"--node-rank={args.node_rank}",
-                f"--master-addr={args.master_addr}", f"--master-port={args.master_port}", *worker]
+        return engine_argv("torch.distributed.run", [
+            "--no-python", f"--nnodes={args.nnodes}", f"--nproc-per-node={args.nproc_per_node}",
+            f"--node-rank={args.node_rank}", f"--master-addr={args.master_addr}", f"--master-port={args.master_port}",
+            *worker_argv])
     if args.launcher == "mpirun":
         # mpirun starts every rank from the first host; the others only wait for their ranks.
         hosts = ",".join(f"{h}:{args.nproc_per_node}" for h in args.hosts)
         return ["mpirun", "--host", hosts, "-np", str(args.nnodes * args.nproc_per_node),
-                "-x", f"MASTER_ADDR={args.master_addr}", "-x", f"MASTER_PORT={args.master_port}",
-                "-x", "PYTHONPATH", sys.executable, *worker]
+                "-x", f"MASTER_ADDR={args.master_addr}", "-x", f"MASTER_PORT={args.master_port}", *worker_argv]
     return ["srun", f"--nodes={args.nnodes}", f"--ntasks-per-node={args.nproc_per_node}",
-            f"--export=ALL,MASTER_ADDR={args.master_addr},MASTER_PORT={args.master_port}", sys.executable, *worker]
+            f"--export=ALL,MASTER_ADDR={args.master_addr},MASTER_PORT={args.master_port}", *worker_argv]
 
 
 def rank_env() -> tuple:
@@ -259,11 +264,9 @@ def launch(args: argparse.Namespace) -> int:
         from verify.bench.nccl import count_gpus
 
         args.nproc_per_node = 1 if args.backend == "gloo" else max(1, count_gpus("/"))
-    # The package's own directory, never the caller's cwd; then what the Ansible task set explicitly
-    # (the work directory and verify_node_pythonpath, both root-owned on the node).
-    from verify.engine import package_parent
-
-    env = {"PYTHONPATH": os.pathsep.join(p for p in (package_parent(), os.environ.get("PYTHONPATH", "")) if p)}
+    # No PYTHONPATH: the ranks import only what launcher_argv names (this package, and the trusted
+    # directories this process was started with by verify.isolated).
+    env: dict = {}
     if args.backend == "gloo" and args.ifname:
         env["GLOO_SOCKET_IFNAME"] = args.ifname
     if args.backend == "nccl" and args.ifname:

@@ -237,6 +237,13 @@ def launch(args: argparse.Namespace, root: str = "/") -> list:
     """Run this host's side of the pair on each of its rails, one after the other; one record per
     rail (side 0's judged). Rail i meets at its own --master-addr (side 0's address on that rail) on
     --master-port + i."""
+    from verify.safe_io import is_plain_component
+
+    # A rail names this host's result file (<result-file>.<rail>): one path component only (safe_io's rule).
+    unsafe = [name for name in args.rail if not is_plain_component(name) or name.startswith("-")]
+    if unsafe:
+        return [_error_record(name, f"rail name {name!r} cannot name a file or an argument: refused", "")
+                for name in args.rail]
     addrs = list(args.master_addr)
     if len(addrs) == 1:
         addrs *= len(args.rail)
@@ -249,7 +256,6 @@ def launch(args: argparse.Namespace, root: str = "/") -> list:
 def launch_rail(args: argparse.Namespace, name: str, master_addr: str, port: int, root: str = "/") -> dict:
     """This host's side of the pair on one rail; the record (side 0: judged)."""
     from verify.bench.common import tail
-    from verify.engine import package_parent
     from verify.runner import run_command
 
     me = args.a if args.side == 0 else args.b
@@ -265,8 +271,7 @@ def launch_rail(args: argparse.Namespace, name: str, master_addr: str, port: int
         min_bytes=args.min_bytes, max_bytes=args.max_bytes, iters=args.iters, warmup=args.warmup,
         timeout_s=args.timeout_s, result_file=os.path.abspath(f"{args.result_file}.{name}"),
         sendrecv=not args.no_sendrecv)
-    env = {"PYTHONPATH": os.pathsep.join(p for p in (package_parent(), os.environ.get("PYTHONPATH", "")) if p),
-           **rail_env(rail, args.backend, gpu)}
+    env = rail_env(rail, args.backend, gpu)  # no PYTHONPATH: multinode.launcher_argv runs every rank isolated
     out = run_command(multinode.launcher_argv(run), timeout_s=args.timeout_s + 30, env=env)
     returncode = None if out.timed_out else out.returncode
     payload = multinode._read_json(run.result_file) if args.side == 0 else None

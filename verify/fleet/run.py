@@ -20,7 +20,7 @@ from verify.bounded_load import BoundedLoadError, load_json_bounded, loads_json_
 from verify.fleet.model import FLEET_REPORT_MAX_BYTES
 from verify.result import EXIT_COULD_NOT_CHECK, EXIT_FAILED, EXIT_OK
 from verify.runner import DEFAULT_CWD, CleanEnv, clean_env, run_command
-from verify.safe_io import open_trusted_dir
+from verify.safe_io import check_dir_trusted, check_file_trusted, open_trusted_dir
 
 PLAYBOOK = "playbooks/verify.yml"
 # Events worth a line: a task finishing on a host, or a host dropping out.
@@ -204,12 +204,38 @@ class InventoryError(ValueError):
     """The inventory cannot be used; the message names the file and the problem."""
 
 
+def check_inventory_trusted(inventory: str) -> None:
+    """Ansible parses an inventory file, runs an executable one (a dynamic inventory script) and reads every
+    file of an inventory directory and the group_vars/host_vars beside it: like --inject, --binary and --out,
+    each must be a file or directory only root and we can change (verify.safe_io), or InventoryError names it
+    and its owner before anything runs."""
+    path = os.path.abspath(inventory)
+    roots = [path] + [os.path.join(os.path.dirname(path), extra) for extra in ("group_vars", "host_vars")
+                      if os.path.isfile(path)]
+    try:
+        for top in roots:
+            if not os.path.lexists(top):
+                continue
+            if not os.path.isdir(top):
+                check_file_trusted(top)
+                continue
+            check_dir_trusted(top)
+            for directory, subdirs, files in os.walk(top):
+                for name in sorted(subdirs):
+                    check_dir_trusted(os.path.join(directory, name))
+                for name in sorted(files):
+                    check_file_trusted(os.path.join(directory, name))
+    except OSError as exc:
+        raise InventoryError(f"inventory {inventory}: {exc.strerror or exc}") from None
+
+
 def check_inventory(inventory: str, limit: Optional[str] = None, home: Optional[Path] = None) -> list:
     """The hosts a run would reach. Ansible on its own only warns about an inventory it cannot
     parse and then runs against the implicit localhost: refuse that before anything runs.
     ansible-inventory runs as every Ansible command does (ansible_env, in `/`)."""
     if not os.path.exists(inventory):
         raise InventoryError(f"inventory {inventory} does not exist")
+    check_inventory_trusted(inventory)
     if home is None:
         from verify.desired import project_root
 

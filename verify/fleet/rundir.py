@@ -15,7 +15,13 @@ import stat
 import sys
 from typing import Optional, Sequence
 
-from verify.safe_io import UnsafePathError, make_unique_dir, open_trusted_dir
+from verify.safe_io import (
+    UnsafePathError,
+    check_not_option,
+    check_plain_component,
+    make_unique_dir,
+    open_trusted_dir,
+)
 
 
 def new_run_dir(parent: str) -> str:
@@ -44,8 +50,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m verify.fleet.rundir")
     parser.add_argument("parent", help="directory the run directories live in (verify_node_report_dir)")
     parser.add_argument("--claim", default="", help="a run id just made by `tunefleet verify -i`")
+    parser.add_argument("--host", action="append", default=[],
+                        help="an inventory host name: each becomes <run>/<host>/ on the controller")
     args = parser.parse_args(argv)
     try:
+        for host in args.host:  # before anything is made: a name like ../../x would write outside the run
+            check_plain_component(host, "inventory host name")
+            check_not_option(host, "inventory host name")  # it reaches ssh, perftest and torchrun argv too
         if args.claim:
             if "/" in args.claim or args.claim in (".", ".."):
                 raise UnsafePathError(1, f"verify_node_run_id {args.claim!r} must be a plain directory name")
@@ -54,6 +65,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(new_run_dir(args.parent))
     except OSError as exc:
         print(f"run directory: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    except ValueError as exc:
+        print(f"run directory: {exc}", file=sys.stderr)
         return 2
     return 0
 

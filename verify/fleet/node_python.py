@@ -1,0 +1,181 @@
+"""Find the node's torch: the interpreter the node run (and every GPU engine it starts) uses, found as an
+operator would find it, trust-checked as root imports are (issue 40 item 6).
+
+`python3 -I -c BOOTSTRAP WORKDIR EXTRA verify.fleet.node_python [--wanted PATH] --out FILE` (roles/verify_node/
+tasks/find_python.yml) tries, in order: the inventory's `verify_node_python` when set (then that one alone),
+else `python3` on root's login PATH (root's login shell asked `command -v python3`, on the node) and then
+/usr/bin/python3. Each candidate must pass, before it runs:
+- the interpreter file and every directory above it, through each link (a venv's python is a link to the
+  base interpreter; the link is followed only when root owns it): verify.safe_io.check_file_trusted;
+- a venv's own directories (the one holding pyvenv.cfg, pyvenv.cfg itself, each site-packages);
+then it runs isolated (`-I`, the clean environment) with the trusted extra directories, tries `import torch`,
+and every directory on its sys.path must pass the same check. The first that imports torch is used; the
+answer (JSON) names it and every candidate tried with what happened, for the report's run facts and for
+the GPU rows' "could not be checked" when none can (verify.bench: no interpreter imports torch on a node
+with GPUs is ERROR, not SKIP).
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import pwd
+import sys
+from typing import Optional, Sequence
+
+from verify.runner import clean_env, run_command
+from verify.safe_io import (
+    UnsafePathError,
+    check_dir_trusted,
+    check_file_trusted,
+    read_trusted_file,
+    trusted_import_dirs,
+    write_file_atomic,
+)
+
+SYSTEM_PYTHON = "/usr/bin/python3"
+MARKER = "TUNEFLEET_PYTHON "
+PROBE_TIMEOUT_S = 180  # importing torch from a cold page cache on a network filesystem takes a while
+# Runs in the candidate, isolated: the trusted extra directories first, then `import torch` for real (a torch
+# whose CUDA libraries are missing fails here, as it would in the engine), then what the report needs.
+PROBE = ("import json, sys; sys.path[1:1] = [d for d in sys.argv[1].split(':') if d]; out = {'version': "
+         "sys.version.split()[0], 'executable': sys.executable}\n"
+         "try:\n import torch; out['torch'] = str(getattr(torch, '__version__', 'unknown'))\n"
+         "except BaseException as exc:\n out['error'] = (type(exc).__name__ + ': ' + str(exc))[:300]\n"
+         "out['path'] = [p for p in sys.path if p]\n"
+         "print('" + MARKER + "' + json.dumps(out))")
+
+
+def login_python(runner=run_command) -> tuple:
+    """(path of `python3` on root's login PATH or None, why not): root's login shell (from the password
+    database, trust-checked) asked on the node, as root would find it after logging in."""
+    try:
+        shell = check_file_trusted(pwd.getpwuid(0).pw_shell or "/bin/sh")
+    except (OSError, KeyError) as exc:
+        return None, f"root's login shell cannot be used: {exc}"
+    out = runner([shell, "-l", "-c", "command -v python3"], timeout_s=30, env=clean_env())
+    found = [line.strip() for line in (out.stdout or "").splitlines() if line.strip().startswith("/")]
+    if out.returncode != 0 or not found:
+        return None, f"{shell} -l: no python3 on root's login PATH"
+    return found[-1], ""
+
+
+def venv_problem(python: str) -> Optional[str]:
+    """Why a venv's own directories could be changed by someone else (None: not a venv, or trusted)."""
+    venv = os.path.dirname(os.path.dirname(os.path.abspath(python)))
+    config = os.path.join(venv, "pyvenv.cfg")
+    if not os.path.isfile(config):
+        return None
+    try:
+        check_dir_trusted(venv)
+        read_trusted_file(config)
+        for site in sorted(glob.glob(os.path.join(venv, "lib*", "python*", "site-packages"))):
+            check_dir_trusted(site)
+    except OSError as exc:
+        return f"its venv {venv}: {exc.strerror or exc}"
+    return None
+
+
+def _answer(stdout: str) -> Optional[dict]:
+    for line in reversed(stdout.splitlines()):
+        if line.startswith(MARKER):
+            try:
+                found = json.loads(line[len(MARKER):])
+            except ValueError:
+                return None
+            return found if isinstance(found, dict) else None
+    return None
+
+
+def try_candidate(python: str, extra: Sequence[str], runner=run_command) -> dict:
+    """What happened with one candidate: {"python", "resolved", "outcome": "torch"|"no torch"|"refused"|"missing",
+    "detail", and "torch"/"version" when it imported}."""
+    tried = {"python": python, "resolved": os.path.realpath(python)}
+    if not os.path.isabs(python):
+        return dict(tried, outcome="refused", detail="not an absolute path")
+    if not os.path.exists(python):
+        return dict(tried, outcome="missing", detail="no such file")
+    try:
+        check_file_trusted(python)
+    except OSError as exc:
+        return dict(tried, outcome="refused", detail=str(exc.strerror or exc))
+    problem = venv_problem(python)
+    if problem:
+        return dict(tried, outcome="refused", detail=problem)
+    out = runner([python, "-I", "-c", PROBE, ":".join(extra)], timeout_s=PROBE_TIMEOUT_S, env=clean_env())
+    answer = _answer(out.stdout or "")
+    if not isinstance(answer, dict):
+        lines = (out.stderr or "").strip().splitlines() or [f"exit {out.returncode}"]
+        why = "timed out" if out.timed_out else lines[-1]
+        return dict(tried, outcome="no torch", detail=f"the probe did not answer: {why[:300]}")
+    for entry in answer.get("path") or []:
+        if os.path.isdir(entry):
+            try:
+                check_dir_trusted(entry)
+            except OSError as exc:
+                return dict(tried, outcome="refused", detail=f"imports from {entry}: {exc.strerror or exc}")
+    if "torch" in answer:
+        return dict(tried, outcome="torch", torch=answer["torch"], version=answer.get("version"),
+                    detail=f"imports torch {answer['torch']}")
+    return dict(tried, outcome="no torch", version=answer.get("version"), detail=answer.get("error", "no torch"))
+
+
+def count_gpus(dev: str = "/dev") -> int:
+    """NVIDIA GPUs by their device nodes (/dev/nvidia0..N), as the multi-node launcher counts them."""
+    return len([n for n in os.listdir(dev) if n.startswith("nvidia") and n[len("nvidia"):].isdigit()]) \
+        if os.path.isdir(dev) else 0
+
+
+def find(wanted: str, extra: Sequence[str], runner=run_command, dev: str = "/dev") -> dict:
+    """The search's answer: {"used": the interpreter that imports torch or None, "fallback": the one the node
+    run uses (used, else the first trusted candidate that ran), "tried": [...], "gpus": N, "how": "..."}."""
+    tried: list = []
+    if wanted:
+        candidates, how = [wanted], "verify_node_python"
+    else:
+        login, why = login_python(runner)
+        candidates = [c for c in (login, SYSTEM_PYTHON) if c]
+        how = "python3 on root's login PATH, then " + SYSTEM_PYTHON
+        if why:
+            tried.append({"python": "python3", "resolved": "", "outcome": "missing", "detail": why})
+    used = None
+    for python in candidates:
+        if any(t["python"] == python for t in tried):
+            continue
+        outcome = try_candidate(python, extra, runner)
+        tried.append(outcome)
+        if outcome["outcome"] == "torch":
+            used = python
+            break
+    # The stdlib-only node run still needs an interpreter when none imports torch: the first that passed the
+    # checks and ran.
+    fallback = used or next((t["python"] for t in tried if t["outcome"] == "no torch" and "version" in t), None)
+    return {"used": used, "fallback": fallback, "how": how, "tried": tried, "gpus": count_gpus(dev)}
+
+
+def tried_text(search: dict) -> str:
+    """'/opt/venv/bin/python3 (refused: ...); /usr/bin/python3 (no torch: ...)' for a reason line."""
+    return "; ".join(f"{t.get('python')} ({t.get('outcome')}: {t.get('detail')})" for t in search.get("tried") or [])
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python3 -m verify.fleet.node_python")
+    parser.add_argument("--wanted", default="", help="verify_node_python: the one interpreter to use ('' = find it)")
+    parser.add_argument("--extra", default="", help="verify_node_pythonpath, ':'-separated")
+    parser.add_argument("--out", required=True, help="where the answer (JSON) is written")
+    args = parser.parse_args(argv)
+    try:
+        extra = trusted_import_dirs(args.extra.split(":") if args.extra else [])
+    except UnsafePathError as exc:
+        print(f"verify_node_pythonpath: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    search = find(args.wanted, extra)
+    text = json.dumps(search, indent=1, sort_keys=True)
+    write_file_atomic(args.out, text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
