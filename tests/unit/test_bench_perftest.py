@@ -143,9 +143,18 @@ def test_peer_run_bounds_the_remote_server_with_timeout(tmp_path):
     results = perftest.run(None, None, node, _fast(peer="node-b", tests=["write_lat"]))
     assert results[0].status == Status.PASS and results[0].observed == 6.74
     server = next(c["argv"] for c in node.runner.calls if c["argv"][0] == "ssh")
-    assert server[:4] == ["ssh", "-o", "BatchMode=yes", "node-b"] and server[4] == "timeout"
+    assert server[:5] == ["ssh", "-o", "BatchMode=yes", "--", "node-b"] and server[5] == "timeout"
     client = next(c["argv"] for c in node.runner.calls if c["argv"][0] != "ssh")
     assert client[-1] == "node-b"
+
+
+def test_a_peer_that_ssh_could_read_as_an_option_is_refused_before_anything_runs(tmp_path):
+    root = _sysfs(tmp_path, [("mlx5_0", 1, "200 Gb/sec (4X HDR)", "InfiniBand", "4: ACTIVE")])
+    node = scripted_node(lambda argv: output(argv, stdout=""), root=root)
+    rows = perftest.run(None, None, node, _fast(peer="-oProxyCommand=x", tests=["write_lat"]))
+    assert [(r.check_id, r.status) for r in rows] == [("bench.rdma", Status.ERROR)]
+    assert "--peer '-oProxyCommand=x' could be read as an option" in rows[0].reason
+    assert node.runner.calls == []
 
 
 def test_latency_ceiling_from_verify_thresholds(tmp_path):

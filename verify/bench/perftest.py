@@ -33,7 +33,7 @@ from verify.judging import peaks
 from verify.profiles import bench_setting, resolve_threshold
 from verify.result import CheckResult, Status
 from verify.runner import which
-from verify.safe_io import TooLargeError, read_capped
+from verify.safe_io import TooLargeError, check_not_option, read_capped
 
 TESTS = {
     "write_bw": "ib_write_bw",
@@ -180,7 +180,8 @@ def run_pair(node, server_argv: list, client_argv: list, opts: PerftestOptions) 
 
 def measure_one(node, port: Port, test: str, opts: PerftestOptions, tcp_port: int, tool: str) -> tuple:
     """(parsed or None, error or None, raw) for one test on one HCA."""
-    with tempfile.TemporaryDirectory(prefix="tunefleet-perftest-") as tmp:
+    # A new 0700 directory in /tmp itself: TMPDIR is the caller's (sudo -E keeps it), never where root writes.
+    with tempfile.TemporaryDirectory(prefix="tunefleet-perftest-", dir="/tmp") as tmp:
         json_file = os.path.join(tmp, "client.json")
         server_argv = perftest_argv(tool, port, opts, tcp_port, None, None)
         if opts.peer:
@@ -188,7 +189,8 @@ def measure_one(node, port: Port, test: str, opts: PerftestOptions, tcp_port: in
                 "ssh",
                 "-o",
                 "BatchMode=yes",
-                opts.peer,
+                "--",
+                check_not_option(opts.peer, "--peer"),
                 "timeout",
                 str(int(opts.timeout_s + 10)),
                 *server_argv,
@@ -239,6 +241,11 @@ def options_from(profile: Optional[dict], overrides: Optional[dict]) -> Perftest
 
 def run(spec: Optional[dict], profile: Optional[dict], node, overrides: Optional[dict] = None) -> list:
     opts = options_from(profile, overrides)
+    if opts.peer:
+        try:
+            check_not_option(opts.peer, "--peer")
+        except ValueError as exc:  # bad input: said before any server starts
+            return [result("bench.rdma", Status.ERROR, str(exc), remediation="name the peer by host name or address")]
     unknown = [t for t in opts.tests if t not in TESTS]
     if unknown:
         return [result("bench.rdma", Status.ERROR, f"unknown perftest test(s) {unknown}; known: {', '.join(TESTS)}")]
