@@ -46,6 +46,7 @@ class NodeReport:
     source: str = ""
     hardware: str = ""  # the profile it is judged against in a fleet baseline (verify.fleet.baseline)
     damaged: list = field(default_factory=list)  # LoadError per record skipped (it names the field)
+    machine: str = ""  # the kernel's boot id (facts.boot_id): hosts sharing one share its devices
 
     def add(self, result: CheckResult) -> None:
         self.statuses[result.check_id] = result.status.value
@@ -84,8 +85,10 @@ def parse_node_report(data: Any, origin: str, fallback_host: str = "") -> NodeRe
     host = _host_name(data, facts) or fallback_host
     if not host:
         raise ReportFormatError("the report names no host")
+    boot_id = facts.get("boot_id")
     node = NodeReport(host=host, results=[], versions=fleet_versions(facts), source=origin,
-                      hardware=hardware_of(data, facts))
+                      hardware=hardware_of(data, facts),
+                      machine=boot_id.strip()[:64] if isinstance(boot_id, str) else "")
     for index, item in enumerate(raw_results):
         try:
             _take_result(node, item, index)

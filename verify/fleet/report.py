@@ -27,6 +27,8 @@ OUTPUT_NAMES = {"json": "fleet_report.json", "md": "fleet_report.md", "html": "f
 # the JSON always has them all.
 HTML_CLEAN_HOSTS = 50
 HTML_MAX_COLUMNS = 60
+SHARED_NOTE = ("one machine (the same kernel boot id): their benchmarks measured the same devices at once, "
+               "so an outlier among them is a WARN, never a confirmed FAIL")
 # Hosts whose benchmark table is drawn (failures first); the JSON has every figure.
 HTML_BENCH_HOSTS = 50
 
@@ -223,7 +225,9 @@ def to_json(summary: FleetSummary, pairs: Optional[dict] = None) -> dict:
     profile, baseline, reference, rule, reason}] against the fleet baseline (--baseline, verify.fleet.baseline);
     pairs {hosts, cells [{a, b, rails {rail: {status, busbw_gbps, floor_gbps, fraction, round}}, worst_fraction,
     status}], blame [{kind, hosts, rails, status, reason, remediation, evidence [outcome]}]} of the pairwise
-    NCCL rounds (verify.report.pair_matrix), null when the run had none; load_errors [{path, message}].
+    NCCL rounds (verify.report.pair_matrix), null when the run had none; shared_machines [{boot_id, hosts}]: hosts
+    reporting one kernel boot id (containers of one machine), whose benchmarks share its devices, so their
+    outliers are not confirmed (verify.fleet.summary); load_errors [{path, message}].
     """
     return {
         "schema": SCHEMA,
@@ -243,6 +247,7 @@ def to_json(summary: FleetSummary, pairs: Optional[dict] = None) -> dict:
         "config_drift": summary.regressions.get("drift", []),
         "baseline": [f.to_dict() for f in summary.baseline],
         "pairs": pairs,
+        "shared_machines": summary.shared_machines,
         "load_errors": [e.to_dict() for e in summary.load_errors],
     }
 
@@ -312,6 +317,9 @@ def to_markdown(summary: FleetSummary, title: str, pairs: Optional[dict] = None)
     if summary.outliers:
         out += ["## Outliers against the fleet (median/MAD)", ""]
         out += [f"- **{o.host}**: {o.reason()}" for o in summary.outliers] + [""]
+    if summary.shared_machines:
+        out += ["## Hosts sharing one machine", ""]
+        out += [f"- {', '.join(g['hosts'])}: {SHARED_NOTE}" for g in summary.shared_machines] + [""]
     if summary.drift:
         out += ["## Versions that differ from the majority", ""]
         out += [f"- **{d.host}**: {d.reason()}" for d in summary.drift] + [""]
@@ -363,7 +371,7 @@ def to_html(summary: FleetSummary, title: str, pairs: Optional[dict] = None) -> 
         matrix_rows=shown_rows, hidden_clean=len(clean_rows) - min(len(clean_rows), HTML_CLEAN_HOSTS),
         columns=summary.check_ids[:HTML_MAX_COLUMNS], hidden_columns=max(0, len(summary.check_ids) - HTML_MAX_COLUMNS),
         plots=_html_plots(summary), host_benchmarks=_host_benchmarks(shown_rows),
-        pairs=pairs, pair_matrix_svg=heat_map_svg(pairs) if pairs else "",
+        pairs=pairs, pair_matrix_svg=heat_map_svg(pairs) if pairs else "", shared_note=SHARED_NOTE,
     )
 
 
@@ -403,6 +411,8 @@ def terminal_summary(summary: FleetSummary) -> str:
             lines.append(f"  {row.worst:5} {row.host}: {first.check_id}: {first.reason}{more}")
     if summary.regressions.get("regressions"):
         lines.append(f"  {len(summary.regressions['regressions'])} regression(s) against the hosts' own history")
+    for group in summary.shared_machines:
+        lines.append(f"  {', '.join(group['hosts'])}: {SHARED_NOTE}")
     if summary.baseline:
         lines.append(f"  {len(summary.baseline)} figure(s) below the fleet baseline on "
                      f"{len({f.host for f in summary.baseline})} host(s)")
