@@ -11,11 +11,13 @@ from xml.sax.saxutils import escape as xml_escape
 from xml.sax.saxutils import quoteattr
 
 from verify import __version__
-from verify.bounded_load import MAX_BYTES, BoundedLoadError, finite_number, loads_json_bytes_bounded, read_bounded
+from verify.bounded_load import MAX_BYTES, BoundedLoadError, loads_json_bytes_bounded, read_bounded
 from verify.desired import project_root, template_environment
+from verify.engine import ListOf, Maybe, schema_problems
 from verify.fleet.model import load_fleet_dir, load_fleet_dir_for
 from verify.fleet.summary import FleetSummary, build_summary
 from verify.report import OutDirError, action_label, bench_table, check_out_dir, plots
+from verify.report.schemas import FiniteNumber, split_problem
 from verify.result import Status
 from verify.safe_io import PRIVATE_DIR, PRIVATE_FILE, SHARED_FILE, UnsafePathError, open_trusted_dir, write_in_dir
 
@@ -83,6 +85,13 @@ def main(args) -> int:
     return summary.exit_code()
 
 
+# The side files a fleet run writes beside the node reports, as the report reads them back: each record
+# checked against its schema (verify.engine's declarative check), a record that differs left out and named.
+ADDRESS_LIST = ListOf(str, may_be_empty=True)
+REGRESSION_ENTRY = {"host": str, "reason": str}  # verify.history.regress to_dict: what the writers read
+REGRESSIONS_FILE = {"regressions": list, "drift": list, "percent": Maybe(FiniteNumber), "runs": Maybe(FiniteNumber)}
+
+
 def read_addresses(directory: Path, errors: list) -> dict:
     """host -> addresses, written by playbooks/verify.yml; {} when absent (a hand-collected DIR).
     A host whose entry is not a list of addresses is left out (its path MTU failures are not blamed)."""
@@ -97,15 +106,12 @@ def read_addresses(directory: Path, errors: list) -> dict:
         return {}
     addresses = {}
     for host, addrs in data.items():
-        if not isinstance(addrs, list) or not all(isinstance(a, str) for a in addrs):
-            errors.append(LoadError(str(path), f"must be a list of addresses, got {_kind(addrs)}", str(host)))
+        wrong = schema_problems(addrs, ADDRESS_LIST, str(host))
+        if wrong:
+            errors.append(LoadError(str(path), *reversed(split_problem(wrong[0]))))
             continue
         addresses[str(host)] = list(addrs)
     return addresses
-
-
-# What the fleet report reads of each regression and config drift entry (verify.history.regress to_dict).
-REGRESSION_TEXT = ("host", "reason")
 
 
 def read_regressions(directory: Path, errors: list) -> dict:
@@ -117,25 +123,24 @@ def read_regressions(directory: Path, errors: list) -> dict:
     data = _side_file(path, errors, "regressions not listed")
     if data is None:
         return {}
-    if not isinstance(data, dict) or not all(isinstance(data.get(k), list) for k in ("regressions", "drift")):
-        errors.append(LoadError(str(path), "must hold 'regressions' and 'drift' lists"))
+    wrong = schema_problems(data, {k: v for k, v in REGRESSIONS_FILE.items() if v is list})
+    if wrong:
+        errors.append(LoadError(str(path), f"must hold 'regressions' and 'drift' lists ({wrong[0]})"))
         return {}
     out: dict = {"regressions": [], "drift": []}
     for section in ("regressions", "drift"):
         for index, entry in enumerate(data[section]):
-            where = f"{section}[{index}]"
-            if not isinstance(entry, dict):
-                errors.append(LoadError(str(path), f"must be an object, got {_kind(entry)}", where))
-                continue
-            wrong = next((k for k in REGRESSION_TEXT if not isinstance(entry.get(k), str)), None)
-            if wrong:
-                errors.append(LoadError(str(path), f"must be text, got {_kind(entry.get(wrong))}", f"{where}.{wrong}"))
-                continue
-            out[section].append(entry)
+            problems = schema_problems(entry, REGRESSION_ENTRY, f"{section}[{index}]")
+            for problem in problems:
+                field, message = split_problem(problem)
+                errors.append(LoadError(str(path), message, field))
+            if not problems:
+                out[section].append(entry)
     for key in ("percent", "runs"):  # the settings the pass ran with, shown beside the list
-        if key in data and finite_number(data[key]) is None:
-            errors.append(LoadError(str(path), f"must be a finite number, got {_kind(data[key])}", key))
-        elif key in data:
+        problems = schema_problems(data.get(key), REGRESSIONS_FILE[key], key)
+        if problems:
+            errors.append(LoadError(str(path), split_problem(problems[0])[1], key))
+        elif data.get(key) is not None:
             out[key] = data[key]
     return out
 
@@ -174,10 +179,6 @@ def _side_file(path: Path, errors: list, lost: str):
     except BoundedLoadError as exc:
         errors.append(LoadError(str(path), f"unreadable, {lost}: {str(exc)[:200]}"))
         return None
-
-
-def _kind(value) -> str:
-    return "null" if value is None else type(value).__name__
 
 
 def write_reports(summary: FleetSummary, out_dir: Path, formats, title: str = "tunefleet fleet report",

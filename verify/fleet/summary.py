@@ -11,7 +11,7 @@ from typing import Optional
 from verify.fleet.blame import blame_path_mtu
 from verify.fleet.model import NodeReport
 from verify.report.bench_table import is_benchmark
-from verify.result import STATUS_ORDER, CheckResult, Status
+from verify.result import EXIT_COULD_NOT_CHECK, EXIT_FAILED, EXIT_OK, STATUS_ORDER, CheckResult, Status
 from verify.stats import outliers as outlier_maths
 
 # An outlier this far below the fleet median is a failure, not just a warning, once confirmed
@@ -62,13 +62,14 @@ class FleetSummary:
         return [row.host for row in self.rows if row.worst in (Status.FAIL.value, Status.ERROR.value)]
 
     def exit_code(self) -> int:
-        """1 if any host failed, else 2 if anything could not be checked or read, else 0."""
+        """The README's codes (verify.result): 1 if any host failed, else 3 if anything could not be checked
+        or read (an ERROR row, a damaged file: the report is still written), else 0. 2 is bad input only."""
         worst = {row.worst for row in self.rows}
         if Status.FAIL.value in worst:
-            return 1
+            return EXIT_FAILED
         if Status.ERROR.value in worst or self.load_errors:
-            return 2
-        return 0
+            return EXIT_COULD_NOT_CHECK
+        return EXIT_OK
 
 
 def build_summary(nodes: list, load_errors: list, addresses: Optional[dict] = None,
