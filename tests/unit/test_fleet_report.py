@@ -164,7 +164,7 @@ def test_a_real_node_failure_comes_first_with_its_reason(tmp_path):
     ("{not json", "not valid JSON"),
     ('{"host": "x"}', "no 'results' list"),
     ('{"host": "x", "results": [{"check_id": "a", "status": "MAYBE"}]}', "results[0] (a)"),
-    ('{"host": "x", "results": [{"status": "PASS"}]}', "results[0] has no 'check_id'"),
+    ('{"host": "x", "results": [{"status": "PASS"}]}', "results[0]: check_id: missing"),
     ("[]", "top level must be a JSON object"),
 ])
 def test_each_unreadable_report_gets_one_error_and_the_rest_is_still_reported(tmp_path, capsys, content, message):

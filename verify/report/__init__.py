@@ -9,7 +9,9 @@ import os
 import secrets
 from typing import Optional
 
+from verify.engine import schema_problems
 from verify.judging import verdicts
+from verify.report.schemas import RESULT_SCHEMA
 from verify.result import CheckResult, Status, counts, exit_code, sort_for_people
 from verify.safe_io import PRIVATE_DIR, PRIVATE_FILE, SHARED_FILE, UnsafePathError, open_trusted_dir, write_in_dir
 
@@ -70,14 +72,10 @@ def build_report(spec: dict, facts: dict, results: list, run: dict) -> dict:
 
 
 def results_of(report: dict) -> list:
-    """The report's results; a saved report's damaged entry is left out (the fleet report names it)."""
-    out = []
-    for item in report.get("results") if isinstance(report.get("results"), list) else []:
-        try:
-            out.append(CheckResult.from_dict(item))
-        except (KeyError, ValueError, TypeError, AttributeError):
-            continue
-    return out
+    """The report's results; a saved report's entry that differs from RESULT_SCHEMA is left out (the fleet
+    report names it: verify.fleet.model checks the same schema)."""
+    items = report.get("results") if isinstance(report.get("results"), list) else []
+    return [CheckResult.from_dict(item) for item in items if not schema_problems(item, RESULT_SCHEMA)]
 
 
 # Facts and run records may be absent or of the wrong type (a fact that could not be read, an older or

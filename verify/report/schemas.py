@@ -6,6 +6,8 @@ from its schema is left out and named (a WARN), so the writers meet only checked
 from __future__ import annotations
 
 from verify.bounded_load import finite_number
+from verify.engine import Maybe
+from verify.result import Status
 
 
 class _FiniteMeta(type):
@@ -43,3 +45,33 @@ def split_problem(problem: str) -> tuple:
     """"cells[0].rails.eth1.busbw_gbps: missing" -> ("cells[0].rails.eth1.busbw_gbps", "missing")."""
     field, _, message = problem.partition(": ")
     return field, message
+
+
+class _NameMeta(type):
+    def __instancecheck__(cls, value) -> bool:
+        return isinstance(value, str) and bool(value.strip())
+
+
+class Name(metaclass=_NameMeta):
+    """A schema type: text that is not empty (a check id, a host)."""
+
+
+Name.__name__ = "a name (non-empty text)"
+STATUS_NAMES = frozenset(s.value for s in Status)
+
+
+class _StatusMeta(type):
+    def __instancecheck__(cls, value) -> bool:
+        return isinstance(value, str) and value in STATUS_NAMES
+
+
+class StatusName(metaclass=_StatusMeta):
+    """A schema type: one of the statuses a result carries."""
+
+
+StatusName.__name__ = f"one of {', '.join(sorted(STATUS_NAMES))}"
+
+# One result of a node report (CheckResult.to_dict) as every reader of a saved report checks it:
+# what the writers read by name. expected/observed are any JSON (shown as text).
+RESULT_SCHEMA = {"check_id": Name, "status": StatusName, "role": Maybe(str), "reason": Maybe(str),
+                 "remediation": Maybe(str), "details": Maybe(dict)}
