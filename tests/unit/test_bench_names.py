@@ -50,3 +50,13 @@ def test_aliases_and_any_case_are_accepted_by_the_parser():
 
     assert bench_names("Quick,allreduce,ODIRECT,h2d") == "Quick,allreduce,ODIRECT,h2d"
     assert all(bench_names(alias) for alias in ALIASES)
+
+
+def test_profiles_are_listed_in_aligned_columns(tmp_path):
+    done = tunefleet("profiles", cwd=tmp_path)
+    lines = done.stdout.splitlines()
+    assert done.returncode == 0 and lines[0].split()[:2] == ["PROFILE", "GPUS"] and len(lines) >= 3
+    for column in ("GPUS", "NVLS", "ALL-REDUCE", "DESCRIPTION"):
+        start = lines[0].index(column)
+        # Every row has a cell starting at the header's column, after a gap of two spaces.
+        assert all(line[start - 2:start] == "  " and line[start] != " " for line in lines[1:]), column
