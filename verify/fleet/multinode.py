@@ -37,7 +37,10 @@ def launcher_argv(args: argparse.Namespace) -> list:
     if getattr(args, "sendrecv", False):
         worker.append("--sendrecv")
     if args.launcher == "torchrun":
-        return [sys.executable, "-m", "torch.distributed.run", f"--nnodes={args.nnodes}",
+        # torchrun's own logs beside the result file (the run's private directory), never a torchelastic_*
+        # directory it would otherwise leave in /tmp after every run.
+        logs = os.path.join(os.path.dirname(os.path.abspath(args.result_file)), "torchelastic")
+        return [sys.executable, "-m", "torch.distributed.run", f"--log-dir={logs}", f"--nnodes={args.nnodes}",
                 f"--nproc-per-node={args.nproc_per_node}", f"--node-rank={args.node_rank}",
                 f"--master-addr={args.master_addr}", f"--master-port={args.master_port}", *worker]
     if args.launcher == "mpirun":
