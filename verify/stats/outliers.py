@@ -147,13 +147,13 @@ def numeric_observation(result) -> Optional[float]:
 
 def readings(result) -> list:
     """This host's repeated readings of one figure, as finite floats: each try of a benchmark that was
-    retried (details.tries[].observed, the figure itself) or, for a figure in GB/s, each run of an engine
-    that repeats its measurement (details.runs[].gbps). Fewer than two: it was measured once."""
+    retried (details.tries[].observed, the figure itself) or, for a figure in GB/s (or of no stated unit),
+    each run of an engine that repeats its measurement (details.runs[].gbps). Fewer than two: measured once."""
     details = result.details if isinstance(result.details, dict) else {}
     tries = [_finite(t.get("observed")) for t in _dicts(details.get("tries"))]
     if len(tries) >= 2 and None not in tries:
         return tries
-    if _unit(result).lower() in ("gb/s", "gbps"):
+    if _unit(result).lower() in ("", "gb/s", "gbps"):  # the storage engines give no unit: theirs is GB/s
         runs = [_finite(r.get("gbps")) for r in _dicts(details.get("runs"))]
         if len(runs) >= 2 and None not in runs:
             return runs
