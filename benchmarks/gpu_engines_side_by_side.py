@@ -110,9 +110,11 @@ def plain_figures(torch, hbm_bytes: int, n: int, pair_bytes: int) -> dict:
 
 def engine_figures(args) -> dict:
     # The quick set's options (verify.bench.QUICK, verify.bench.gpu.GpuOptions): the figures verify judges.
+    # Every section of the run's one engine (verify.bench.engine_session), the all-reduce included.
     argv = [sys.executable, "-m", "verify.bench.gpu_engine", "--mode", "quick", "--hbm-bytes", str(args.hbm_bytes),
             "--matmul-n", str(args.n), "--matmul-iters", "20", "--seconds", "1", "--pair-bytes", str(args.pair_bytes),
-            "--pair-seconds", "0.25"]
+            "--pair-seconds", "0.25", "--sections", "gpu,pairs,peer,hostcopy,allreduce",
+            "--pair-schedule", args.pair_schedule]
     done = subprocess.run(argv, capture_output=True, text=True, env=dict(os.environ, CUDA_DEVICE_ORDER="PCI_BUS_ID"),
                           check=False)
     from verify.engine import read_result
@@ -121,6 +123,18 @@ def engine_figures(args) -> dict:
     if payload is None:
         sys.exit(f"engine gave no result (exit {done.returncode}): {done.stderr[-800:]}")
     return payload
+
+
+def plain_allreduce(gpus: int, size: int) -> dict:
+    """torch.distributed's all-reduce, one process per GPU (verify.bench.torch_allreduce: the loop the fleet's
+    multi-node runs use), at one size: the reference for the engine's in-process NCCL all-reduce."""
+    from verify.engine import read_result
+
+    done = subprocess.run([sys.executable, "-m", "verify.bench.torch_allreduce", "--ranks", str(gpus),
+                           "--min-bytes", str(size), "--max-bytes", str(size)], capture_output=True, text=True,
+                          env=dict(os.environ, CUDA_DEVICE_ORDER="PCI_BUS_ID"), check=False)
+    payload = read_result(done.stdout)
+    return payload["rows"][-1] if payload and payload.get("rows") else {"error": done.stderr[-800:]}
 
 
 def sendrecv(path: str, size: int, gpus: int) -> dict:
@@ -144,6 +158,8 @@ def main() -> int:
     parser.add_argument("--pair-bytes", type=int, default=256 << 20)
     parser.add_argument("--sendrecv", help="path of nccl-tests' sendrecv_perf")
     parser.add_argument("--json", help="write every figure here")
+    parser.add_argument("--pair-schedule", choices=("serial", "concurrent"), default="serial",
+                        help="the engine's pair schedule (concurrent: disjoint pairs side by side)")
     args = parser.parse_args()
     import torch
 
@@ -162,6 +178,18 @@ def main() -> int:
         ratio = row["gbps"] / ref
         record["ratios"][f"{name}.gpu{row['src']}_to_gpu{row['dst']}"] = ratio
         lines.append((f"{kind} gpu{row['src']}->gpu{row['dst']}", row["gbps"], ref, ratio))
+    allreduce = engine.get("allreduce") or {}
+    at_size = [r for r in allreduce.get("rows") or [] if r["size_bytes"] == 1 << 30]
+    if at_size and torch.cuda.device_count() >= 2:
+        ref = plain_allreduce(torch.cuda.device_count(), 1 << 30)
+        if "busbw_gbps" in ref:
+            ratio = at_size[0]["busbw_gbps"] / ref["busbw_gbps"]
+            record["ratios"]["allreduce_busbw_1GiB"] = ratio
+            lines.append(("all-reduce busbw 1 GiB", at_size[0]["busbw_gbps"], ref["busbw_gbps"], ratio))
+        else:
+            print(f"plain all-reduce: no figure ({ref.get('error', '')[-300:]})")
+    record["phases"] = engine.get("phases")
+    print(f"engine phases (s): {json.dumps(engine.get('phases'))}; pairs {engine.get('pair_schedule')}")
     print(f"{'figure':24} {'engine':>10} {'plain':>10} {'ratio':>7}")
     for name, ours, ref, ratio in lines:
         verdict = "PASS" if ratio >= GOAL else "FAIL"

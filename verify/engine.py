@@ -202,3 +202,53 @@ def torch_bus_id(props) -> Optional[str]:
     if not hasattr(props, "pci_bus_id"):
         return None
     return f"{getattr(props, 'pci_domain_id', 0):08X}:{props.pci_bus_id:02X}:{props.pci_device_id:02X}.0"
+
+
+def normal_bus(text: Optional[str]) -> str:
+    """'0000:18:00.0' / '00000000:18:00.0' -> '00000000:18:00.0' (NVML's form, upper case); '' for None."""
+    if not text:
+        return ""
+    parts = str(text).strip().upper().split(":")
+    if len(parts) == 2:
+        parts = ["0", *parts]
+    return ":".join([parts[0][-8:].zfill(8), *parts[1:]])
+
+
+def restrict_visible(exclude: set) -> str:
+    """Hide the GPUs whose bus ids are in `exclude` from CUDA before torch starts (so no context is ever
+    created on them: another user's job holds them), keeping the caller's own CUDA_VISIBLE_DEVICES choice.
+
+    Runs under CUDA_DEVICE_ORDER=PCI_BUS_ID, where an integer entry of CUDA_VISIBLE_DEVICES is NVML's
+    index (both list the devices by bus id); UUID entries are matched by prefix. Returns what was done,
+    for the payload; an entry it cannot read (MIG) leaves the variable as it was and says so."""
+    if not exclude:
+        return ""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception as exc:  # without NVML nothing can be hidden by bus id: the caller skips by ordinal
+        return f"not restricted: NVML unavailable ({exc})"
+    handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+
+    def text(value) -> str:
+        return value.decode() if isinstance(value, bytes) else str(value)
+
+    uuids = [text(pynvml.nvmlDeviceGetUUID(h)) for h in handles]
+    buses = [normal_bus(text(pynvml.nvmlDeviceGetPciInfo(h).busId)) for h in handles]
+    asked = os.environ.get("CUDA_VISIBLE_DEVICES")
+    chosen = list(range(len(handles)))
+    if asked is not None:
+        chosen = []
+        for entry in (e.strip() for e in asked.split(",")):
+            if entry.isdigit() and int(entry) < len(handles):
+                chosen.append(int(entry))
+            elif entry.startswith("GPU-") and any(u.startswith(entry) for u in uuids):
+                chosen.append(next(i for i, u in enumerate(uuids) if u.startswith(entry)))
+            elif entry:
+                return f"not restricted: CUDA_VISIBLE_DEVICES entry {entry[:40]!r} is not a GPU index or UUID"
+            else:
+                break  # CUDA stops at the first invalid entry
+    kept = [i for i in chosen if buses[i] not in exclude]
+    os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(uuids[i] for i in kept) if kept else "-1"
+    return f"hidden from CUDA: {', '.join(sorted(exclude))}"

@@ -159,23 +159,30 @@ def verify_node(spec: dict, node: Node, bench: bool = True, bench_names: Optiona
     from verify.history.record import stamp_to_unix
     from verify.history.store import BOOT
     started = utc_now()
+    facts_began = time.perf_counter()
     facts = gather_facts(node)  # first: the host name the history knows this node by
     lookback = BOOT if history is None else lookback_of(history, str(facts.get("host")))
     node.memo["lookback"] = lookback.to_memo()
     previous, read_at = previous_counters_of(history, str(facts.get("host")))
     remember_previous(node, previous, read_at, stamp_to_unix(started))
+    phases: dict = {"process_start_s": process_age_s(), "facts_s": round(time.perf_counter() - facts_began, 3)}
     start = time.perf_counter()
     timings: dict = {}
     results = run_checks(spec, node, timings=timings)
     checks_s = time.perf_counter() - start
+    phases["config_checks_s"] = round(checks_s, 3)
     bench_record: dict = {"selection": "none", "ran": [], "skipped": []}
     if not bench:
         bench_record["reason"] = "--no-bench: config checks only"
     elif bench_names or (spec.get("verify") or {}).get("benchmarks"):
-        results += run_benchmarks(spec, node, facts, bench_names, bench_record)
+        bench_rows = run_benchmarks(spec, node, facts, bench_names, bench_record)
+        results = peer_access_from_engine(results, bench_record, node) + bench_rows
+        explain_bench(results, node)
+        phases.update(bench_phases(bench_record))
     else:
         bench_record["reason"] = "the desired state asks for none (verify_benchmarks: [])"
     run = {
+        "phases": phases,
         "started_at": started,
         "lookback": node.memo["lookback"],
         "duration_s": round(time.perf_counter() - start, 3),
@@ -187,6 +194,73 @@ def verify_node(spec: dict, node: Node, bench: bool = True, bench_names: Optiona
         "command": "tunefleet " + " ".join(sys.argv[1:]) if sys.argv else "",
     }
     return build_report(spec, facts, results, run)
+
+
+def process_age_s() -> Optional[float]:
+    """Seconds since this process started (the interpreter and verify's imports), from /proc; None elsewhere."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as handle:
+            started_ticks = int(handle.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime", encoding="ascii") as handle:
+            uptime = float(handle.read().split()[0])
+        return round(max(0.0, uptime - started_ticks / os.sysconf("SC_CLK_TCK")), 3)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def bench_phases(record: dict) -> dict:
+    """Seconds per benchmark phase: the one engine's start (torch, CUDA contexts) and each measurement it made,
+    then each family (judging, and the engines of the families the shared one does not cover)."""
+    found = {}
+    engine = record.get("engine") or {}
+    for name, seconds in (engine.get("phases") or {}).items():
+        if isinstance(seconds, (int, float)) and name != "process_s":
+            found[f"engine.{name}"] = seconds
+    for family, seconds in (record.get("family_s") or {}).items():
+        found[f"bench.{family}_s"] = seconds
+    return found
+
+
+def largest_phases(phases: dict, count: int = 5) -> str:
+    """'engine.allreduce_s 3.1 s, engine.torch_import_s 2.8 s, ...': where the time went, for the terminal."""
+    items = sorted(((k, v) for k, v in phases.items() if isinstance(v, (int, float))), key=lambda kv: -kv[1])
+    return ", ".join(f"{name.removesuffix('_s')} {seconds:.1f} s" for name, seconds in items[:count])
+
+
+def peer_access_from_engine(results: list, record: dict, node: Node) -> list:
+    """health.p2p judged on CUDA's own answer where the benchmark engine asked it (measured once, in the
+    benchmark phase: the config phase and the scheduler hooks read NVML's, which needs no CUDA context)."""
+    from verify.bench.engine_session import last_session
+    from verify.checks import health_p2p
+    from verify.facts.peer_access import PeerAccess
+
+    session = last_session(node)
+    peer = (session.payload or {}).get("peer") if session is not None and session.payload else None
+    if not isinstance(peer, dict) or not peer.get("pairs"):
+        return results
+    gpus = {g["index"]: g.get("name", "") for g in session.payload.get("gpus") or []
+            if g.get("index") in set(session.payload.get("measured") or [])}
+    access = PeerAccess(gpus=gpus, torch_version=str(session.payload.get("torch")), mapped_by="bus id",
+                        can_access={(p["src"], p["dst"]): p["can_access"] for p in peer["pairs"]})
+    if len(access.gpus) < 2:
+        return results
+    refused = access.refused
+    links, joined, basis = health_p2p.nvlinked(node, refused) if refused else ({}, set(), "")
+    verdict = health_p2p.judge(access, links, joined, basis, health_p2p.fabric_hint(node) if joined else "")
+    verdict.details["answered_by"] = "CUDA (cudaDeviceCanAccessPeer) in the benchmark engine"
+    earlier = next((r for r in results if r.check_id == health_p2p.CHECK_ID), None)
+    if earlier is not None:
+        verdict.details["config_phase"] = {"status": earlier.status.value, "reason": earlier.reason}
+    record.setdefault("engine", {})["peer_access"] = "health.p2p judged on the engine's CUDA answer"
+    return [r for r in results if r.check_id != health_p2p.CHECK_ID] + [verdict]
+
+
+def explain_bench(results: list, node: Node) -> None:
+    """Every benchmark FAIL, WARN or ERROR gets its most likely cause the node shows and an action class
+    (verify.bench.causes), in place."""
+    from verify.bench.causes import explain
+
+    explain(results, node)
 
 
 def previous_counters_of(history, host: str) -> tuple:
@@ -230,15 +304,19 @@ def main(args) -> int:
     if isinstance(runner, inject.InjectedRunner):  # a drill: nobody may take its verdict for the node's own
         report["run"]["injected"] = {"from": runner.directory, "answered": list(runner.answered)}
     world_readable = getattr(args, "world_readable", False)
+    phases = report["run"].setdefault("phases", {})
     # Reports first, history after: a history that cannot be read or written never costs the reports.
+    began = time.perf_counter()
     written, messages = write_each_format(report, formats, args.out, world_readable)
+    phases["reports_s"] = round(time.perf_counter() - began, 3)
     from verify.history.cli import finish_local
 
-    before = len(report["results"])
+    began = time.perf_counter()
     finish_local(history, report, node)  # judged against its past, recorded, the verdict acted on
-    if len(report["results"]) != before or "history" in report:  # the history's rows and trend join them
-        written, more = write_each_format(report, written, args.out, world_readable)
-        messages += more
+    phases["history_s"] = round(time.perf_counter() - began, 3)
+    # The report on disk carries every phase: written again once the history's part is known.
+    written, more = write_each_format(report, written, args.out, world_readable)
+    messages += more
     if not args.quiet:
         tty = sys.stdout.isatty()
         try:
@@ -249,6 +327,8 @@ def main(args) -> int:
         print(f"tunefleet verify: {message}", file=sys.stderr)
     if not args.quiet and written:
         print(f"reports: {', '.join(os.path.join(args.out, WRITERS[f][1]) for f in written)}")
+    if not args.quiet:
+        print(f"time: {report['run'].get('duration_s', 0):.1f} s after start-up; largest: {largest_phases(phases)}")
     return exit_code(CheckResult.from_dict(r) for r in report["results"])
 
 

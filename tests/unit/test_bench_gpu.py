@@ -155,8 +155,8 @@ def test_a_gpu_below_its_peers_median_fails_above_the_derived_floor_and_the_othe
     slow = rows["bench.gpu_hbm.gpu1"]
     assert slow.status is Status.FAIL
     median = data["per_gpu"][0]["hbm"]["gbps"]
-    assert f"GPU 1 HBM copy (read+write) 3600.0 GB/s, node median {median:.0f} ({1 - 3600 / median:.0%} below, " \
-           "limit 10%)" in slow.reason
+    assert f"GPU 1 (00000000:00:07.0) HBM copy (read+write) 3600.0 GB/s, node median {median:.0f} " \
+           f"({1 - 3600 / median:.0%} below, limit 10%)" in slow.reason
     assert "passes the floor 3370" in slow.reason  # the floor alone would have let it through (WARN band)
     assert rows["bench.gpu_hbm.gpu0"].status is Status.PASS
     # Configurable: 20% lets it through.
@@ -170,7 +170,9 @@ def test_one_slow_pair_is_named_with_the_node_median():
     rows = rows_of(gpu.run(None, None, engine_node(data), {}))
     slow = rows["bench.gpu_copy.gpu1_to_gpu0"]
     median = data["pairs"][0]["gbps"]  # the other one-way copy
-    assert slow.status is Status.FAIL and f"GPU 1 to GPU 0 copy 201.0 GB/s, node median {median:.0f}" in slow.reason
+    assert slow.status is Status.FAIL and (
+        f"GPU 1 (00000000:00:07.0) to GPU 0 (00000000:00:06.0) copy 201.0 GB/s, node median {median:.0f}"
+        in slow.reason)
     assert rows["bench.gpu_copy.gpu0_to_gpu1"].status is Status.PASS
 
 

@@ -41,7 +41,8 @@ def judge(tmp_path, log: str, lookback: dict = None, uptime: str = None) -> dict
 
 def test_each_class_has_its_status_and_words_and_the_catalog_uses_them():
     assert {a: verdicts.STATUS[a] for a in verdicts.ACTIONS} == {
-        "ok": Status.PASS, "watch": Status.WARN, "application": Status.WARN, "reset-gpu": Status.WARN,
+        "ok": Status.PASS, "watch": Status.WARN, "application": Status.WARN, "fix-config": Status.FAIL,
+        "reset-gpu": Status.WARN,
         "reboot": Status.FAIL, "drain-rma": Status.FAIL}
     assert set(verdicts.WORDS) == set(verdicts.ACTIONS)
     assert xid_catalog.RESET_GPU is verdicts.RESET_GPU and xid_catalog.ACTIONS is verdicts.ACTIONS

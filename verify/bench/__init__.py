@@ -11,6 +11,7 @@ long sweeps; a family the hardware cannot run is one SKIP row saying why.
 from __future__ import annotations
 
 import importlib
+import time
 from dataclasses import dataclass, field, fields
 from typing import Optional
 
@@ -52,6 +53,9 @@ ALIASES = {
 }
 
 
+# The families that get the run's engine session (verify.bench.engine_session): the GPU measurements it
+# made, and the GPUs other processes hold (storage's cuFile read keeps off those).
+SHARED_ENGINE_FAMILIES = ("gpu", "hostcopy", "nccl", "storage")
 SETS = ("quick", "full")
 
 
@@ -243,6 +247,21 @@ def run_benchmarks(
                       skipped=[{"benchmark": f, "reason": why} for f, why in chosen.skipped])
     overrides = {f: family_options(chosen.selection, f, spec, overrides) for f in chosen.families}
     names = list(chosen.families)  # the loop below runs (and an interrupt names) the planned families
+    session = None
+    try:  # one engine process for every GPU measurement of the run (verify.bench.engine_session)
+        from verify.bench import engine_session
+
+        began = time.perf_counter()
+        session = engine_session.start(node, names, overrides, profile)
+        if record is not None and session is not None:
+            record["engine"] = {"sections": session.sections, "wall_s": round(time.perf_counter() - began, 3),
+                                "phases": session.phases(), "busy": [b.describe() for b in session.busy],
+                                "busy_unknown": session.busy_unknown, "pair_schedule": session.pair_schedule}
+    except KeyboardInterrupt as exc:
+        return results + interrupted_rows("gpu", exc, names, set())
+    except Exception as exc:  # the families then run their own engines, and the report says why
+        results.append(result("bench.engine", Status.ERROR, f"the shared GPU engine crashed: {type(exc).__name__}: "
+                              f"{exc}; each benchmark ran its own engine"))
     seen = set()
     for name in names:
         family = canonical(str(name))
@@ -250,8 +269,12 @@ def run_benchmarks(
             continue
         seen.add(family)
         module = importlib.import_module(FAMILIES[family])
+        began = time.perf_counter()
         try:
-            results.extend(module.run(spec, profile, node, (overrides or {}).get(family)))
+            if family in SHARED_ENGINE_FAMILIES:
+                results.extend(module.run(spec, profile, node, (overrides or {}).get(family), session=session))
+            else:
+                results.extend(module.run(spec, profile, node, (overrides or {}).get(family)))
         except KeyboardInterrupt as exc:  # Ctrl-C/SIGTERM (verify.interrupt): keep what finished, then stop
             results.extend(interrupted_rows(family, exc, names[names.index(name) + 1 :], seen))
             return results
@@ -264,6 +287,9 @@ def run_benchmarks(
                     reason=f"{family} benchmark crashed: {type(exc).__name__}: {exc}",
                 )
             )
+        finally:
+            if record is not None:
+                record.setdefault("family_s", {})[family] = round(time.perf_counter() - began, 3)
     return results
 
 

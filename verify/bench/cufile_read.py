@@ -1,4 +1,4 @@
-"""Built-in cuFile read engine (CUDA Python's cuda.bindings.cufile, torch for GPU memory).
+"""Built-in cuFile read engine (CUDA Python's cuda.bindings: cufile, and runtime for the GPU buffer).
 
 Run as `python3 -m verify.bench.cufile_read --file F`. It reads the file in blocks into one GPU
 buffer and reports GB/s and the mode cuFile ran in: "gds" only when the nvidia-fs driver is
@@ -15,7 +15,7 @@ import sys
 import time
 
 from verify.bench.common import parse_size
-from verify.engine import CANNOT_RUN, NUMBER, ListOf, emit_result
+from verify.engine import CANNOT_RUN, NUMBER, ListOf, emit_result, normal_bus, restrict_visible
 
 # What a read emits (verify.engine.checked_payload checks it where it enters verify).
 PAYLOAD_SCHEMA = {"gbps": NUMBER, "mode": str,
@@ -41,6 +41,20 @@ def cufile_mode(before, after) -> str:
     return "gds" if after > before else "compatibility"
 
 
+def cuda_call(cudart, name: str, *args):
+    """One CUDA runtime call through cuda-python (it returns (error, *values)); RuntimeError names a failure."""
+    error, *values = getattr(cudart, name)(*args)
+    if error != cudart.cudaError_t.cudaSuccess:
+        raise RuntimeError(f"{name} failed: {error}")
+    return values[0] if len(values) == 1 else values
+
+
+def gpu_buffer(cudart, gpu: int, size: int) -> int:
+    """A device buffer of `size` bytes on CUDA device `gpu`: its address."""
+    cuda_call(cudart, "cudaSetDevice", gpu)
+    return int(cuda_call(cudart, "cudaMalloc", size))
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m verify.bench.cufile_read")
     parser.add_argument("--file", required=True)
@@ -53,18 +67,28 @@ def main(argv=None) -> int:
         default="direct",
         help="open flags for the file: GDS needs O_DIRECT; compatibility mode takes either",
     )
+    parser.add_argument("--exclude-bus-ids", default="",
+                        help="GPUs (PCI bus ids) never touched: another job holds them")
     args = parser.parse_args(argv)
+    restrict_visible({normal_bus(b) for b in args.exclude_bus_ids.split(",") if b.strip()})  # before torch starts
     try:
-        import torch
+        # CUDA's runtime through cuda-python for the one GPU buffer: importing torch for it cost 2.5 s a run.
         from cuda.bindings import cufile
+        from cuda.bindings import runtime as cudart
     except ImportError as exc:
-        print(f"cuFile benchmark needs cuda-python (cuda.bindings.cufile) and torch: {exc}", file=sys.stderr)
+        print(f"cuFile benchmark needs cuda-python (cuda.bindings.cufile and .runtime): {exc}", file=sys.stderr)
         return CANNOT_RUN
     block = parse_size(args.block)
     size = os.path.getsize(args.file) // block * block
-    torch.cuda.set_device(args.gpu)
-    buffer = torch.empty(block, dtype=torch.uint8, device=f"cuda:{args.gpu}")
-    pointer = buffer.data_ptr()
+    try:
+        pointer = gpu_buffer(cudart, args.gpu, block)
+    except RuntimeError as exc:
+        print(f"cuFile benchmark: {exc}", file=sys.stderr)
+        return CANNOT_RUN
+
+    def synchronize():
+        cuda_call(cudart, "cudaDeviceSynchronize")
+
     stage = "driver_open"
     cufile.driver_open()
     fd = os.open(args.file, os.O_RDONLY | (os.O_DIRECT if args.open == "direct" else 0))
@@ -82,7 +106,7 @@ def main(argv=None) -> int:
         stage = "read"
         for index in range(args.repeat):
             before = nvfs_reads()
-            torch.cuda.synchronize()
+            synchronize()
             began = time.perf_counter()
             done = 0
             for offset in range(0, size, block):
@@ -90,7 +114,7 @@ def main(argv=None) -> int:
                 if got != block:
                     raise OSError(f"cuFileRead returned {got} at offset {offset}")
                 done += got
-            torch.cuda.synchronize()
+            synchronize()
             seconds = time.perf_counter() - began
             after = nvfs_reads()
             runs.append(
@@ -128,6 +152,7 @@ def main(argv=None) -> int:
             print(f"cuFile buffer deregister: {exc}", file=sys.stderr)
         os.close(fd)
         cufile.driver_close()
+        cudart.cudaFree(pointer)
     version = None
     try:
         version = cufile.get_version()

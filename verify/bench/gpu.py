@@ -26,6 +26,7 @@ from verify.engine import (
     engine_env,
     read_result,
 )
+from verify.judging import verdicts
 from verify.profiles import resolve_threshold
 from verify.result import Status
 
@@ -103,34 +104,54 @@ def judge_payload(payload: dict, spec: Optional[dict], profile: Optional[dict], 
     return rows
 
 
-def run(spec: Optional[dict], profile: Optional[dict], node, overrides: Optional[dict] = None) -> list:
+def run(spec: Optional[dict], profile: Optional[dict], node, overrides: Optional[dict] = None,
+        session=None) -> list:
+    """Judge the GPU engine's figures: the run's one engine (verify.bench.engine_session) where it measured
+    them, else this family's own engine run."""
     options = options_from(overrides)
-    if not module_available("torch"):
-        return [result(CHECK_ID, Status.SKIP, "PyTorch is not installed (the GPU engines need it)",
-                       remediation="pip install tunefleet[torch]")]
-    argv = engine_argv("verify.bench.gpu_engine", engine_args(options))
-    progress(f"GPU engines: HBM copy {human_bytes(options.hbm_bytes)} for {options.seconds:g} s, BF16 matmul "
-             f"{options.matmul_n}^3 x {options.matmul_iters}, all GPUs at once; pair copies "
-             f"{human_bytes(options.pair_bytes)}")
-    start = time.perf_counter()
-    out = node.run(argv, timeout_s=options.timeout_s, env=engine_env(ENGINE_ENV), cwd=ENGINE_CWD)
-    wall = time.perf_counter() - start
-    failed = engine_failure(CHECK_ID, "GPU engine", out, options.timeout_s)
-    if failed:
-        return failed
-    payload, problems = checked_payload(read_result(out.stdout), gpu_engine.PAYLOAD_SCHEMA)
-    if payload is None:  # nothing safe to judge: one row naming what is wrong, never a crash
-        return [payload_error(CHECK_ID, "the GPU engine", problems)]
-    rows = judge_payload(payload, spec, profile, node, options.spread_pct)
+    busy_rows = session.busy_rows("gpu") if session is not None else []
+    if session is not None and session.has("gpu"):
+        if session.failure is not None:
+            return [session.failure, *busy_rows]
+        payload, problems, wall = session.section("gpu"), list(session.problems), session.wall_s
+        if payload is None and busy_rows:
+            return [result(CHECK_ID, Status.ERROR, f"every GPU is in use by another process: not benchmarked "
+                           f"({len(busy_rows) // 2} GPU(s))", details={verdicts.ACTION_KEY: verdicts.APPLICATION}),
+                    *busy_rows]
+        if payload is None:
+            return [payload_error(CHECK_ID, "the GPU engine", problems or ["no per-GPU figures"])]
+    else:
+        if not module_available("torch"):
+            return [result(CHECK_ID, Status.SKIP, "PyTorch is not installed (the GPU engines need it)",
+                           remediation="pip install tunefleet[torch]")]
+        argv = engine_argv("verify.bench.gpu_engine", engine_args(options))
+        progress(f"GPU engines: HBM copy {human_bytes(options.hbm_bytes)} for {options.seconds:g} s, BF16 matmul "
+                 f"{options.matmul_n}^3 x {options.matmul_iters}, all GPUs at once; pair copies "
+                 f"{human_bytes(options.pair_bytes)}")
+        start = time.perf_counter()
+        out = node.run(argv, timeout_s=options.timeout_s, env=engine_env(ENGINE_ENV), cwd=ENGINE_CWD)
+        wall = time.perf_counter() - start
+        failed = engine_failure(CHECK_ID, "GPU engine", out, options.timeout_s)
+        if failed:
+            return failed
+        payload, problems = checked_payload(read_result(out.stdout), gpu_engine.PAYLOAD_SCHEMA)
+        if payload is None:  # nothing safe to judge: one row naming what is wrong, never a crash
+            return [payload_error(CHECK_ID, "the GPU engine", problems)]
+    rows = judge_payload(payload, spec, profile, node, options.spread_pct) + busy_rows
+    problems = [p for p in problems if not p.startswith(("hostcopy.", "allreduce."))]
     if problems:  # the well-formed GPUs are judged above; the malformed ones are named here
         rows.append(payload_error(f"{CHECK_ID}.payload", "the GPU engine", problems))
     worst = max(rows, key=lambda r: (r.status is Status.ERROR, r.status is Status.FAIL, r.status is Status.WARN))
+    schedule = payload.get("pair_schedule") or {}
     summary = result(CHECK_ID, Status.PASS if worst.status in (Status.PASS, Status.SKIP) else worst.status,
                      f"GPU engines: {len(payload.get('gpus', []))} GPU(s), {len(rows)} rows in {wall:.1f} s "
-                     f"(engine {payload.get('engine_s', 0):.1f} s, NVML {payload.get('nvml')})",
+                     f"(engine {payload.get('engine_s', 0):.1f} s, NVML {payload.get('nvml')})"
+                     + (f"; pairs {schedule.get('mode')}: {schedule.get('why')}" if schedule.get("why") else ""),
                      observed=round(wall, 2),
                      details={"wall_s": round(wall, 2), "engine_s": payload.get("engine_s"),
                               "torch": payload.get("torch"), "parallel": payload.get("parallel"),
-                              "gpus": payload.get("gpus"), "nvml_errors": payload.get("nvml_errors")})
+                              "gpus": payload.get("gpus"), "nvml_errors": payload.get("nvml_errors"),
+                              "measured": payload.get("measured"), "visible": payload.get("visible"),
+                              "pair_schedule": schedule, "phases": payload.get("phases")})
     progress(summary.reason)
     return [summary, *rows]

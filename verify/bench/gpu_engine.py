@@ -18,13 +18,25 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import os
 import sys
 import threading
 import time
 
 from verify.bench.common import parse_size
 from verify.bench.gpu_clocks import summarise
-from verify.engine import CANNOT_RUN, NUMBER, ListOf, Maybe, cuda_torch, emit_result, torch_bus_id
+from verify.bench.torch_hostcopy import measure_gpu, pcie_of
+from verify.engine import (
+    CANNOT_RUN,
+    NUMBER,
+    ListOf,
+    Maybe,
+    cuda_torch,
+    emit_result,
+    normal_bus,
+    restrict_visible,
+    torch_bus_id,
+)
 
 # What the engine emits (verify.engine.checked_payload checks it where it enters verify): quick
 # mode fills per_gpu/pairs, burn mode fills burn; a malformed per-GPU or pair row is dropped and named.
@@ -37,6 +49,15 @@ PAYLOAD_SCHEMA = {
     "per_gpu_errors": Maybe(dict),
     "pair_errors": Maybe(dict),
     "burn": Maybe(dict),
+    # One process for every GPU measurement of a run (verify.bench.engine_session): each family's section,
+    # checked again against that family's own schema where it enters (hostcopy, allreduce).
+    "peer": Maybe({"pairs": ListOf({"src": int, "dst": int, "can_access": bool}, may_be_empty=True)}),
+    "hostcopy": Maybe(dict),
+    "hostcopy_errors": Maybe(dict),
+    "allreduce": Maybe(dict),
+    "allreduce_error": Maybe(str),
+    "pair_schedule": Maybe(dict),
+    "phases": Maybe(dict),
 }
 
 
@@ -343,10 +364,182 @@ def _threads(target, indices: list, *extra) -> dict:
     return {"results": results, "errors": errors}
 
 
+# ---- which GPUs, by which name --------------------------------------------------------------------
+# CUDA's ordinal is a process-local alias (CUDA_VISIBLE_DEVICES renumbers, Slurm sets it for every job
+# step): every row this engine emits names a GPU by its NVML index, with its PCI bus id, serial and UUID
+# beside it, so "GPU 2" in a benchmark row is the "GPU 2" of nvidia-smi and of the health rows.
+
+def identities(torch, nvml, count: int) -> list:
+    """Per CUDA ordinal: its NVML index, bus id, serial and UUID (the ordinal itself where NVML cannot say)."""
+    found = []
+    for ordinal in range(count):
+        props = torch.cuda.get_device_properties(ordinal)
+        bus = normal_bus(torch_bus_id(props))
+        item = {"cuda_ordinal": ordinal, "index": ordinal, "bus_id": bus or None, "name": props.name,
+                "capability": [props.major, props.minor], "sm_count": props.multi_processor_count,
+                "memory_bytes": props.total_memory, "identity": "cuda ordinal (NVML could not name it)"}
+        if nvml is not None and bus:
+            try:
+                handle = nvml.nvmlDeviceGetHandleByPciBusId(bus)
+                item["index"] = int(nvml.nvmlDeviceGetIndex(handle))
+                item["identity"] = "nvml index by bus id"
+                for key, call in (("serial", nvml.nvmlDeviceGetSerial), ("uuid", nvml.nvmlDeviceGetUUID)):
+                    try:
+                        value = call(handle)
+                        item[key] = value.decode() if isinstance(value, bytes) else str(value)
+                    except Exception:  # a consumer board has no serial: the UUID still names it
+                        item[key] = None
+            except Exception as exc:  # NVML does not know this bus id: keep the ordinal, say why
+                item["identity"] = f"cuda ordinal (NVML: {exc})"
+        found.append(item)
+    return found
+
+
+# ---- pairs: which run side by side ---------------------------------------------------------------
+
+def round_robin(indices: list) -> list:
+    """Rounds of disjoint pairs covering every unordered pair once (the circle method: n-1 rounds of n/2
+    pairs for an even n, n rounds with one GPU resting for an odd n): 7 rounds of 4 pairs on 8 GPUs."""
+    ring = list(indices) + ([None] if len(indices) % 2 else [])
+    rounds = []
+    for _ in range(len(ring) - 1):
+        half = len(ring) // 2
+        pairs = [tuple(sorted((ring[k], ring[-1 - k]))) for k in range(half)
+                 if ring[k] is not None and ring[-1 - k] is not None]
+        rounds.append(pairs)
+        ring = [ring[0], ring[-1], *ring[1:-1]]
+    return [r for r in rounds if r]
+
+
+def measure_pairs(torch, indices: list, args, sampler) -> tuple:
+    """(rows, errors by "i-j", rounds): every unordered pair one way each direction and both ways at once.
+    `--pair-schedule concurrent` runs a round's disjoint pairs side by side (a switched board: every GPU's
+    links are its own); serial runs one pair at a time."""
+    rows, errors = [], {}
+    rounds = round_robin(indices) if args.pair_schedule == "concurrent" else \
+        [[(i, j)] for i in indices for j in indices if i < j]
+
+    def one_pair(pair, results):
+        i, j = pair
+        results[pair] = pair_copies(torch, i, j, args, sampler) + pair_copies(torch, j, i, args, sampler, bidir=False)
+
+    for pairs in rounds:
+        done = _threads(one_pair, pairs)
+        for pair in pairs:
+            if pair in done["results"]:
+                rows.extend(done["results"][pair])
+            elif pair in done["errors"]:
+                errors[f"{pair[0]}-{pair[1]}"] = done["errors"][pair]
+        torch.cuda.empty_cache()
+    return rows, errors, rounds
+
+
+# ---- host copies, peer access, all-reduce: the other measurements of the same process ------------
+
+def measure_hostcopy(torch, ordinals: list, handles: dict, args) -> tuple:
+    """(rows, errors): pinned H2D and D2H per GPU, one GPU at a time (host memory and the root complex are
+    shared), with the PCIe link NVML reads while the H2D copies run (verify.bench.torch_hostcopy's method)."""
+    rows, errors = [], {}
+    for ordinal in ordinals:
+        handle = handles.get(ordinal)
+        try:
+            row = {"index": ordinal, "name": torch.cuda.get_device_name(ordinal), "pcie": pcie_of(handle)}
+            row.update(measure_gpu(torch, ordinal, args.hostcopy_bytes, args.hostcopy_iters, args.warmup,
+                                   lambda _ordinal, h=handle: pcie_of(h, current_only=True)))
+            rows.append(row)
+        except Exception as exc:  # one GPU's failure is its own row
+            errors[ordinal] = f"{type(exc).__name__}: {exc}"
+    return rows, errors
+
+
+def peer_matrix(torch, ordinals: list) -> list:
+    """CUDA's own answer (cudaDeviceCanAccessPeer) for every ordered pair: what health.p2p reports after
+    the benchmarks (the hooks read NVML's instead: they never create a CUDA context)."""
+    return [{"src": a, "dst": b, "can_access": bool(torch.cuda.can_device_access_peer(a, b))}
+            for a in ordinals for b in ordinals if a != b]
+
+
+def allreduce_sweep(torch, ordinals: list, args) -> dict:
+    """NCCL all-reduce over `ordinals` from this one process (torch.cuda.nccl: one communicator per GPU,
+    ncclCommInitAll, as nccl-tests' `all_reduce_perf -g N`), timed as verify.bench.torch_allreduce times
+    it: per size `warmup` untimed, then `iters` between CUDA events on each GPU's stream, the slowest GPU
+    counts; busbw = algbw x 2(n-1)/n; then a correctness pass (GPU k contributes k+1)."""
+    import torch.cuda.nccl as nccl
+
+    from verify.bench.torch_allreduce import bus_factor, sweep
+
+    world, factor, rows = len(ordinals), bus_factor(len(ordinals)), []
+    for size in sweep(args.allreduce_min_bytes, args.allreduce_max_bytes):
+        count = max(1, size // 4)
+        tensors = [torch.zeros(count, dtype=torch.float32, device=o) for o in ordinals]
+        for _ in range(args.allreduce_warmup):
+            nccl.all_reduce(tensors)
+        for o in ordinals:
+            torch.cuda.synchronize(o)
+        marks = {o: (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for o in ordinals}
+        for o in ordinals:
+            marks[o][0].record(torch.cuda.current_stream(o))
+        for _ in range(args.allreduce_iters):
+            nccl.all_reduce(tensors)
+        for o in ordinals:
+            marks[o][1].record(torch.cuda.current_stream(o))
+        for _, end in marks.values():
+            end.synchronize()
+        slowest_ms = max(start.elapsed_time(end) for start, end in marks.values())
+        seconds = slowest_ms / 1000.0 / args.allreduce_iters
+        for rank, tensor in enumerate(tensors):
+            tensor.fill_(float(rank + 1))
+        nccl.all_reduce(tensors)
+        expected = world * (world + 1) / 2.0
+        wrong = sum(int((tensor != expected).sum().item()) for tensor in tensors)
+        del tensors
+        algbw = count * 4 / seconds / 1e9
+        rows.append({"size_bytes": count * 4, "count": count, "dtype": "float", "redop": "sum",
+                     "time_us": seconds * 1e6, "algbw_gbps": algbw, "busbw_gbps": algbw * factor, "wrong": wrong})
+        print(f"all-reduce {count * 4:>12} B: busbw {algbw * factor:8.2f} GB/s, #wrong {wrong}", file=sys.stderr,
+              flush=True)
+    torch.cuda.empty_cache()
+    version = torch.cuda.nccl.version()
+    return {"world_size": world, "rows": rows, "iters": args.allreduce_iters, "warmup": args.allreduce_warmup,
+            "timing": "cuda-events", "engine": "torch.cuda.nccl (one process, every GPU)",
+            "nccl_version": ".".join(str(v) for v in version) if isinstance(version, tuple) else str(version)}
+
+
+SECTIONS = ("gpu", "pairs", "hostcopy", "peer", "allreduce")
+
+
+def renumbered(payload: dict, by_ordinal: dict) -> None:
+    """Every GPU the payload names by CUDA ordinal, renamed to its NVML index (in place)."""
+    def name(ordinal):
+        return by_ordinal.get(ordinal, ordinal)
+
+    for row in payload.get("per_gpu") or []:
+        row["index"] = name(row["index"])
+    for row in (payload.get("pairs") or []) + ((payload.get("peer") or {}).get("pairs") or []):
+        row["src"], row["dst"] = name(row["src"]), name(row["dst"])
+    for row in (payload.get("hostcopy") or {}).get("gpus") or []:
+        row["cuda_ordinal"], row["index"] = row["index"], name(row["index"])
+    for key in ("per_gpu_errors", "hostcopy_errors"):
+        if isinstance(payload.get(key), dict):
+            payload[key] = {str(name(int(k))): v for k, v in payload[key].items()}
+    if isinstance(payload.get("pair_errors"), dict):
+        payload["pair_errors"] = {"-".join(str(name(int(p))) for p in k.split("-")): v
+                                  for k, v in payload["pair_errors"].items()}
+    schedule = payload.get("pair_schedule") or {}
+    schedule["rounds"] = [[[name(a), name(b)] for a, b in pairs] for pairs in schedule.get("rounds") or []]
+    if isinstance(payload.get("allreduce"), dict):
+        payload["allreduce"]["gpus"] = [name(o) for o in payload["allreduce"].get("cuda_ordinals") or []]
+
+
 def main(argv=None) -> int:
+    began_process = time.monotonic()
     parser = argparse.ArgumentParser(prog="python3 -m verify.bench.gpu_engine")
     parser.add_argument("--mode", choices=("quick", "burn"), default="quick")
-    parser.add_argument("--gpus", default="all", help="'all' or a comma list of indices")
+    parser.add_argument("--sections", default="gpu,pairs",
+                        help=f"quick mode: a comma list of {', '.join(SECTIONS)} (one process measures them all)")
+    parser.add_argument("--gpus", default="all", help="'all' or a comma list of CUDA ordinals")
+    parser.add_argument("--exclude-bus-ids", default="",
+                        help="GPUs (PCI bus ids) never touched: another job holds them")
     parser.add_argument("--hbm-bytes", type=parse_size, default=2 << 30)
     parser.add_argument("--matmul-n", type=int, default=8192)
     parser.add_argument("--seconds", type=float, default=1.0, help="timed window of the HBM copy")
@@ -354,6 +547,15 @@ def main(argv=None) -> int:
     parser.add_argument("--pair-bytes", type=parse_size, default=256 << 20)
     parser.add_argument("--pair-seconds", type=float, default=0.25)
     parser.add_argument("--pairs", choices=("on", "off"), default="on")
+    parser.add_argument("--pair-schedule", choices=("serial", "concurrent"), default="serial",
+                        help="concurrent: disjoint pairs side by side (only where every GPU's links are its own)")
+    parser.add_argument("--pair-schedule-why", default="", help="why this schedule (for the report)")
+    parser.add_argument("--hostcopy-bytes", type=parse_size, default=256 << 20)
+    parser.add_argument("--hostcopy-iters", type=int, default=10)
+    parser.add_argument("--allreduce-min-bytes", type=parse_size, default=8 << 20)
+    parser.add_argument("--allreduce-max-bytes", type=parse_size, default=1 << 30)
+    parser.add_argument("--allreduce-iters", type=int, default=20)
+    parser.add_argument("--allreduce-warmup", type=int, default=5)
     parser.add_argument("--serial", action="store_true", help="GPUs one at a time (default: all at once)")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--sample-ms", type=float, default=50.0)
@@ -362,65 +564,95 @@ def main(argv=None) -> int:
     parser.add_argument("--burn-check-s", type=float, default=10.0)
     parser.add_argument("--burn-settle-s", type=float, default=2.0, help="ramp-up left out of the clock judgement")
     args = parser.parse_args(argv)
+    sections = [s for s in (p.strip() for p in args.sections.split(",")) if s]
+    unknown = [s for s in sections if s not in SECTIONS]
+    if unknown:
+        parser.error(f"--sections: unknown {', '.join(unknown)}; known: {', '.join(SECTIONS)}")
+    excluded = {normal_bus(b) for b in args.exclude_bus_ids.split(",") if b.strip()}
+    hidden = restrict_visible(excluded)  # before torch: CUDA reads CUDA_VISIBLE_DEVICES once, at its start
+    phases: dict = {}
+    mark = time.monotonic()
     torch, why = cuda_torch()
+    phases["torch_import_s"] = round(time.monotonic() - mark, 3)
     if torch is None:
         print(why, file=sys.stderr)
         return CANNOT_RUN
     count = torch.cuda.device_count()
-    indices = list(range(count)) if args.gpus == "all" else [int(i) for i in args.gpus.split(",")]
-    gpus, bus_ids = [], []
-    for index in range(count):
-        props = torch.cuda.get_device_properties(index)
-        bus = torch_bus_id(props)
-        bus_ids.append(bus)
-        gpus.append({"index": index, "name": props.name, "capability": [props.major, props.minor],
-                     "sm_count": props.multi_processor_count, "memory_bytes": props.total_memory, "bus_id": bus})
-    nvml, handles, facts, nvml_reason = nvml_open(count, bus_ids)
+    mark = time.monotonic()
+    nvml, handles, facts, nvml_reason = nvml_open(
+        count, [normal_bus(torch_bus_id(torch.cuda.get_device_properties(o))) or None for o in range(count)])
+    gpus = identities(torch, nvml, count)
+    by_ordinal = {g["cuda_ordinal"]: g["index"] for g in gpus}
+    # A GPU still listed although hidden (NVML could not restrict): never touched, by ordinal.
+    ordinals = [g["cuda_ordinal"] for g in gpus if normal_bus(g.get("bus_id")) not in excluded] \
+        if args.gpus == "all" else [int(i) for i in args.gpus.split(",")]
     for gpu in gpus:
-        gpu["nvml"] = facts.get(gpu["index"], {})
-    sampler = Sampler(nvml, {i: handles[i] for i in indices if i in handles}, args.sample_ms / 1000.0).start() \
+        gpu["nvml"] = facts.get(gpu["cuda_ordinal"], {})
+    for ordinal in ordinals:
+        torch.empty(1, device=ordinal)  # the contexts, once, up front: each costs ~0.3 s and no figure
+    phases["cuda_init_s"] = round(time.monotonic() - mark, 3)
+    sampler = Sampler(nvml, {i: handles[i] for i in ordinals if i in handles}, args.sample_ms / 1000.0).start() \
         if nvml else None
     payload = {"engine": "torch", "torch": torch.__version__, "mode": args.mode, "gpus": gpus,
-               "nvml": nvml_reason or "sampled", "sample_ms": args.sample_ms, "parallel": not args.serial}
+               "nvml": nvml_reason or "sampled", "sample_ms": args.sample_ms, "parallel": not args.serial,
+               "sections": sections, "visible": os.environ.get("CUDA_VISIBLE_DEVICES"), "hidden": hidden,
+               "measured": [by_ordinal.get(o, o) for o in ordinals], "phases": phases}
     began = time.monotonic()
+
+    def timed_phase(name, call):
+        start = time.monotonic()
+        try:
+            return call()
+        finally:
+            phases[f"{name}_s"] = round(time.monotonic() - start, 3)
+
     try:
-        if args.mode == "quick":
-            if args.serial:
-                done = {"results": {}, "errors": {}}
-                for index in indices:
-                    part = _threads(lambda i, res: res.__setitem__(i, per_gpu(torch, i, args, sampler)), [index])
-                    done["results"].update(part["results"])
-                    done["errors"].update(part["errors"])
-            else:
-                done = _threads(lambda i, res: res.__setitem__(i, per_gpu(torch, i, args, sampler)), indices)
-            payload["per_gpu"] = [done["results"][i] for i in indices if i in done["results"]]
-            payload["per_gpu_errors"] = {str(k): v for k, v in done["errors"].items()}
-            payload["per_gpu_s"] = round(time.monotonic() - began, 3)
-            pairs, pair_errors = [], {}
-            if args.pairs == "on":
-                for i in indices:
-                    for j in indices:
-                        if i < j:
-                            try:
-                                pairs.extend(pair_copies(torch, i, j, args, sampler))
-                                pairs.extend(pair_copies(torch, j, i, args, sampler, bidir=False))
-                            except Exception as exc:
-                                pair_errors[f"{i}-{j}"] = f"{type(exc).__name__}: {exc}"
-                            torch.cuda.empty_cache()
-            payload["pairs"], payload["pair_errors"] = pairs, pair_errors
-        else:
+        if args.mode == "burn":
             n = args.matmul_n
             gen = torch.Generator(device="cpu").manual_seed(4321)
             inputs = tuple(torch.randn(n, n, generator=gen).to(torch.bfloat16) for _ in range(2))
-            done = _threads(lambda i, res: burn_gpu(torch, i, args, sampler, inputs, res), indices)
+            done = _threads(lambda i, res: burn_gpu(torch, i, args, sampler, inputs, res), ordinals)
             payload["burn"] = {"seconds": args.burn_seconds, "n": n, "dtype": "bfloat16",
-                               "gpus": [done["results"][i] for i in indices if i in done["results"]],
+                               "gpus": [done["results"][i] for i in ordinals if i in done["results"]],
                                "errors": {str(k): v for k, v in done["errors"].items()}}
+        if args.mode == "quick" and "peer" in sections and len(ordinals) > 1:
+            payload["peer"] = timed_phase("peer", lambda: {"pairs": peer_matrix(torch, ordinals)})
+        if args.mode == "quick" and "gpu" in sections:
+            def per_gpus():
+                if not args.serial:
+                    return _threads(lambda i, res: res.__setitem__(i, per_gpu(torch, i, args, sampler)), ordinals)
+                done = {"results": {}, "errors": {}}
+                for index in ordinals:
+                    part = _threads(lambda i, res: res.__setitem__(i, per_gpu(torch, i, args, sampler)), [index])
+                    done["results"].update(part["results"])
+                    done["errors"].update(part["errors"])
+                return done
+            done = timed_phase("per_gpu", per_gpus)
+            payload["per_gpu"] = [done["results"][i] for i in ordinals if i in done["results"]]
+            payload["per_gpu_errors"] = {str(k): v for k, v in done["errors"].items()}
+            payload["per_gpu_s"] = phases["per_gpu_s"]
+        if args.mode == "quick" and "pairs" in sections and args.pairs == "on":
+            rows, errors, rounds = timed_phase("pairs", lambda: measure_pairs(torch, ordinals, args, sampler))
+            payload["pairs"], payload["pair_errors"] = rows, errors
+            payload["pair_schedule"] = {"mode": args.pair_schedule, "why": args.pair_schedule_why, "rounds": rounds}
+        if args.mode == "quick" and "hostcopy" in sections:
+            rows, errors = timed_phase("hostcopy", lambda: measure_hostcopy(torch, ordinals, handles, args))
+            payload["hostcopy"] = {"engine": "torch", "torch": torch.__version__, "size_bytes": args.hostcopy_bytes,
+                                   "iters": args.hostcopy_iters, "gpus": rows}
+            payload["hostcopy_errors"] = {str(k): v for k, v in errors.items()}
+        if args.mode == "quick" and "allreduce" in sections and len(ordinals) > 1:
+            try:
+                payload["allreduce"] = timed_phase("allreduce", lambda: allreduce_sweep(torch, ordinals, args))
+                payload["allreduce"]["cuda_ordinals"] = list(ordinals)
+            except Exception as exc:  # its own ERROR row; the other sections still count
+                payload["allreduce_error"] = f"{type(exc).__name__}: {exc}"
     finally:
         if sampler:
             sampler.stop()
-            payload["nvml_errors"] = {str(k): v for k, v in sampler.errors.items()}
+            payload["nvml_errors"] = {str(by_ordinal.get(k, k)): v for k, v in sampler.errors.items()}
+    renumbered(payload, by_ordinal)
     payload["engine_s"] = round(time.monotonic() - began, 3)
+    phases["process_s"] = round(time.monotonic() - began_process, 3)
     for row in payload.get("per_gpu", []):
         print(f"gpu{row['index']}: HBM {row['hbm']['gbps']:.0f} GB/s, BF16 {row['matmul']['tflops']:.0f} TFLOPS",
               file=sys.stderr, flush=True)

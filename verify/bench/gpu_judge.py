@@ -24,7 +24,7 @@ from typing import Any, Optional
 from verify.bench import gpu_clocks
 from verify.bench.common import Threshold, judged, result
 from verify.bounded_load import finite_number
-from verify.judging import gpu_models, peaks
+from verify.judging import gpu_models, peaks, verdicts
 from verify.judging.thresholds import broken_measurement
 from verify.result import CheckResult, Status
 
@@ -69,6 +69,7 @@ class Figure:
     windows: dict  # GPU index -> NVML summary
     raw: dict
     bound: Optional[peaks.Peak] = None  # above it the figure is broken; None: the peak, else the fastest GPU's
+    identity: Optional[dict] = None  # GPU index -> {index, bus_id, serial, uuid, cuda_ordinal}
 
 
 def _model(gpu: dict) -> Optional[gpu_models.GpuModel]:
@@ -112,34 +113,68 @@ def _rows(payload: dict, key: str) -> list:
     return [row for row in rows if isinstance(row, dict)] if isinstance(rows, list) else []
 
 
+def _name(index, facts: dict) -> str:
+    """'GPU 2 (00000000:08:00.0)': nvidia-smi's index and the bus id a technician finds the GPU by."""
+    bus = (facts.get(index) or {}).get("bus_id")
+    return f"GPU {index} ({bus})" if bus else f"GPU {index}"
+
+
+def _identity(index, facts: dict) -> dict:
+    gpu = facts.get(index) or {}
+    return {k: gpu.get(k) for k in ("index", "bus_id", "serial", "uuid", "cuda_ordinal") if gpu.get(k) is not None}
+
+
 def figures(payload: dict, nvlink: Optional[dict] = None, pcie: Optional[peaks.Peak] = None) -> tuple:
-    """(figures, error rows) from the engine's payload. `nvlink`: GPU index -> NVLink GB/s per direction
-    (verify.facts.hardware), None where the links could not be read; `pcie`: the GPUs' PCIe peak, for the
-    pairs' bound."""
-    facts = {g.get("index"): g for g in _rows(payload, "gpus")}
+    """(figures, error rows) from the engine's payload, on any input (a field of the wrong type is skipped).
+    `nvlink`: GPU index -> NVLink GB/s per direction (verify.facts.hardware), None where the links could not
+    be read; `pcie`: the GPUs' PCIe peak, for the pairs' bound. GPUs are named by the payload's `index`: the
+    engine writes NVML's index there (verify.bench.gpu_engine.identities), whatever CUDA's numbering."""
+    payload = payload if isinstance(payload, dict) else {}
+    facts = {g.get("index"): g for g in _rows(payload, "gpus") if _is_index(g.get("index"))}
+    nvlink = nvlink if isinstance(nvlink, dict) or nvlink is None else None
     found, errors = [], []
     for row in _rows(payload, "per_gpu"):
         index = row.get("index")
+        if not _is_index(index):
+            continue
         base, bounds = gpu_bounds(facts.get(index, {}))
         for kind, key, unit_key in (("hbm", "hbm", "gbps"), ("matmul", "matmul", "tflops")):
             item = row.get(key) if isinstance(row.get(key), dict) else {}
-            found.append(Figure(kind, f"bench.gpu_{kind}.gpu{index}", f"GPU {index}", (index,),
-                                item.get(unit_key), base[kind], {index: item.get("nvml")}, item, bounds[kind]))
-    for index, error in (payload.get("per_gpu_errors") or {}).items():
-        errors.append(result(f"bench.gpu.gpu{index}", Status.ERROR, f"GPU {index}: the engine failed: {error}"))
+            found.append(Figure(kind, f"bench.gpu_{kind}.gpu{index}", _name(index, facts), (index,),
+                                item.get(unit_key), base[kind], {index: item.get("nvml")}, item, bounds[kind],
+                                {str(index): _identity(index, facts)}))
+    per_gpu_errors = payload.get("per_gpu_errors")
+    for index, error in (per_gpu_errors.items() if isinstance(per_gpu_errors, dict) else ()):
+        errors.append(result(f"bench.gpu.gpu{index}", Status.ERROR, f"GPU {index}: the engine failed: {error!s:.300}",
+                             details={verdicts.ACTION_KEY: verdicts.WATCH}))
     for row in _rows(payload, "pairs"):
         src, dst = row.get("src"), row.get("dst")
+        if not (_is_index(src) and _is_index(dst)):
+            continue
         kind = "copy" if row.get("mode") == "oneway" else "copy_bidir"
         # Links unread (a parse error, no nvidia-smi) must not make PCIe the bound of an NVLink copy.
-        peak = None if nvlink is None else peaks.pair_copy_peak(nvlink.get(src, 0.0), nvlink.get(dst, 0.0), pcie)
+        peak = None if nvlink is None else peaks.pair_copy_peak(_gbps(nvlink.get(src)), _gbps(nvlink.get(dst)), pcie)
         nvml = row.get("nvml") if isinstance(row.get("nvml"), dict) else {}
         windows = {src: nvml.get("src"), dst: nvml.get("dst")}
-        found.append(Figure(kind, f"bench.gpu_{kind}.gpu{src}_to_gpu{dst}", f"GPU {src} to GPU {dst}", (src, dst),
+        found.append(Figure(kind, f"bench.gpu_{kind}.gpu{src}_to_gpu{dst}",
+                            f"{_name(src, facts)} to {_name(dst, facts)}", (src, dst),
                             row.get("gbps"), peak, windows, row,
-                            peak or pair_bound(facts.get(src), facts.get(dst))))
-    for pair, error in (payload.get("pair_errors") or {}).items():
-        errors.append(result(f"bench.gpu_copy.pair{pair}", Status.ERROR, f"GPUs {pair}: copy failed: {error}"))
+                            peak or pair_bound(facts.get(src), facts.get(dst)),
+                            {str(src): _identity(src, facts), str(dst): _identity(dst, facts)}))
+    pair_errors = payload.get("pair_errors")
+    for pair, error in (pair_errors.items() if isinstance(pair_errors, dict) else ()):
+        errors.append(result(f"bench.gpu_copy.pair{pair}", Status.ERROR, f"GPUs {pair}: copy failed: {error!s:.300}",
+                             details={verdicts.ACTION_KEY: verdicts.WATCH}))
     return found, errors
+
+
+def _is_index(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 16
+
+
+def _gbps(value) -> float:
+    number = finite_number(value)
+    return number if number is not None and number > 0 else 0.0
 
 
 def floor_for(kind: str, peak: Optional[peaks.Peak], resolved: Optional[Threshold]) -> tuple:
@@ -185,7 +220,8 @@ def judge(item: Figure, every: list, resolved: Optional[Threshold], spread_pct: 
     clocks = "; ".join(f"GPU {i}: {gpu_clocks.describe(w)}" for i, w in item.windows.items()) \
         if len(item.windows) > 1 else gpu_clocks.describe(next(iter(item.windows.values()), None))
     details = {"floor_source": how, "unit": unit, "nvml": {str(i): w for i, w in item.windows.items()},
-               "raw": {k: v for k, v in item.raw.items() if k != "nvml"}, "physical_peak": bound.to_dict()}
+               "raw": {k: v for k, v in item.raw.items() if k != "nvml"}, "physical_peak": bound.to_dict(),
+               "gpu_identity": item.identity or {}}
     number = real_figure(item.value)
     shown = f"{number:.1f}" if number is not None else f"{item.value!r:.40}"
     reason = f"{item.label} {LABELS[item.kind]} {shown} {unit}"

@@ -32,7 +32,7 @@ from verify.bench.common import (
 )
 from verify.bench.nccl_parse import CurvePoint, NcclParseError, NcclTransport, parse_nccl_debug, parse_nccl_tests
 from verify.engine import ENGINE_CWD, checked_payload, engine_argv, engine_env, read_result
-from verify.judging import peaks
+from verify.judging import peaks, verdicts
 from verify.profiles import bench_setting, resolve_threshold
 from verify.result import CheckResult, Status
 from verify.runner import which
@@ -100,6 +100,16 @@ def link_peak(node, nvls: bool) -> Optional[peaks.Peak]:
 
     found = detect(node)
     return peaks.allreduce_peak(found.nvlink_per_gpu(), found.pcie_peak(), nvls)
+
+
+def reachable_peak(node, nvls_ran: bool) -> Optional[peaks.Peak]:
+    """The busbw the algorithm that ran can reach on this node (the "% of peak" a report shows), live node only."""
+    if not node.is_live:
+        return None
+    from verify.facts.hardware import detect
+
+    found = detect(node)
+    return peaks.allreduce_reachable(found.nvlink_per_gpu(), found.pcie_peak(), nvls_ran)
 
 
 def count_gpus(root: str) -> int:
@@ -236,28 +246,37 @@ def measure(node, engine: str, binary: Optional[str], opts: NcclOptions, gpus: i
     if payload is None:
         return None, payload_error(CHECK_ID, "the built-in all-reduce", malformed).reason, dict(
             raw, payload_problems=malformed)
-    points = [
-        CurvePoint(
-            r["size_bytes"],
-            r["count"],
-            r["dtype"],
-            r["redop"],
-            r["time_us"],
-            r["algbw_gbps"],
-            r["busbw_gbps"],
-            r["wrong"],
-        )
-        for r in payload["rows"]
-    ]
+    measurement = measurement_of(payload, transport, raw)
+    measurement.payload_problems = malformed
+    return measurement, None, raw
+
+
+def measurement_of(payload: dict, transport: NcclTransport, raw: dict) -> Measurement:
+    """The engine's all-reduce rows (verify.bench.torch_allreduce.PAYLOAD_SCHEMA, checked) -> a Measurement."""
+    points = [CurvePoint(r["size_bytes"], r["count"], r["dtype"], r["redop"], r["time_us"], r["algbw_gbps"],
+                         r["busbw_gbps"], r["wrong"]) for r in payload["rows"]]
     if transport.nccl_version is None:
         transport.nccl_version = payload.get("nccl_version")
-    problems = []
     wrong = [p.size_bytes for p in points if (p.wrong or 0) > 0]
-    if wrong:
-        problems.append(f"wrong all-reduce results at sizes {wrong[:4]}")
+    problems = [f"wrong all-reduce results at sizes {wrong[:4]}"] if wrong else []
     raw["engine_meta"] = {k: v for k, v in payload.items() if k != "rows"}
-    measurement = Measurement(engine, points, payload["world_size"], transport, problems, raw, malformed)
-    return measurement, None, raw
+    return Measurement("torch", points, payload["world_size"], transport, problems, raw)
+
+
+def from_session(session) -> tuple:
+    """(Measurement or None, ERROR reason or None, raw) from the run's one engine (verify.bench.engine_session)."""
+    raw = dict(session.raw, engine="verify.bench.engine_session")
+    if session.failure is not None:
+        return None, session.failure.reason, raw
+    payload = (session.payload or {})
+    if payload.get("allreduce_error"):
+        return None, f"the all-reduce failed in the GPU engine: {payload['allreduce_error'][:300]}", raw
+    part = session.section("allreduce")
+    if part is None:
+        bad = [p for p in session.problems if p.startswith("allreduce")]
+        return None, "the GPU engine returned no all-reduce" + (f": {'; '.join(bad[:3])}" if bad else ""), raw
+    transport = parse_nccl_debug(session.stdout + "\n" + session.stderr)
+    return measurement_of(part, transport, raw), None, raw
 
 
 def _save_raw(directory: str, engine: str, out) -> None:
@@ -279,10 +298,13 @@ def judge(
     opts: NcclOptions,
     nvls_expected: Optional[bool],
     peak: Optional[peaks.Peak] = None,
+    reachable: Optional[peaks.Peak] = None,
 ) -> CheckResult:
     """Pure: a measurement plus expectations -> the check result.
 
-    `peak` is the links' physical bound: a busbw above it is ERROR (the measurement is broken).
+    `peak` is the links' physical bound: a busbw above it is ERROR (the measurement is broken). `reachable`
+    is what the algorithm that ran can reach (ring/tree: one GPU's link bandwidth; NVLS twice that, only
+    where NCCL used it): the "% of peak" a report shows, never a verdict by itself.
     """
     curve = [p.to_dict() for p in measurement.points]
     largest = max(measurement.points, key=lambda p: p.size_bytes)
@@ -300,6 +322,8 @@ def judge(
         details["threshold"] = threshold.to_dict()
     if peak is not None:
         details["physical_peak"] = peak.to_dict()
+    if reachable is not None:
+        details["reachable_peak"] = reachable.to_dict()
     expected = threshold.describe() + " GB/s busbw" if threshold else None
     label = f"busbw {figure_text(observed, 1)} GB/s at {human_bytes(largest.size_bytes)}" \
         if observed is not None else "no busbw"
@@ -362,15 +386,38 @@ def judge(
                   floor_source=NOTHING_MOVED)
 
 
-def run(spec: Optional[dict], profile: Optional[dict], node, overrides: Optional[dict] = None) -> list:
+def session_gpus(session) -> tuple:
+    """(the GPUs the run's one engine measured (NVML indices), a SKIP/ERROR row when fewer than 2, or None)."""
+    payload = session.payload or {}
+    measured = [g for g in payload.get("measured") or [] if isinstance(g, int)]
+    if session.failure is not None or len(measured) >= 2:
+        return measured, None
+    busy = "; ".join(b.describe() for b in session.busy)
+    if busy:
+        return measured, result(CHECK_ID, Status.ERROR, f"all-reduce not run: {busy}; {len(measured)} GPU(s) left "
+                                "idle, an all-reduce needs 2", "2 idle GPUs", len(measured),
+                                verdicts.remedy(verdicts.APPLICATION, "", "the GPUs"),
+                                {verdicts.ACTION_KEY: verdicts.APPLICATION,
+                                 "busy": [b.describe() for b in session.busy]})
+    return measured, result(CHECK_ID, Status.SKIP, f"needs 2 ranks, {len(measured)} GPU visible to this process "
+                            f"(CUDA_VISIBLE_DEVICES={payload.get('visible')!r})")
+
+
+def run(spec: Optional[dict], profile: Optional[dict], node, overrides: Optional[dict] = None,
+        session=None) -> list:
     opts = options_from(profile, overrides)
     root = getattr(node, "root", "/")
     engine, binary, skip = pick_engine(opts, root)
     if skip:
         return [result(CHECK_ID, Status.SKIP, skip, remediation="install nccl-tests or `pip install tunefleet[torch]`")]
-    # Run on the GPUs the node has; judge against the GPUs the profile says it should have, so a
-    # node that lost a GPU FAILs on the rank count instead of erroring out of the launcher.
-    gpus = opts.gpus or count_gpus(root) or (profile or {}).get("gpu_count")
+    shared = session is not None and session.has("allreduce")
+    measured: list = []
+    if shared:
+        measured, early = session_gpus(session)
+        if early is not None:
+            return [early]
+    # Run on the GPUs the node has (the run's one engine: the GPUs this process sees and no other job holds).
+    gpus = len(measured) if shared else (opts.gpus or count_gpus(root) or (profile or {}).get("gpu_count"))
     if opts.backend == "gloo":
         gpus = opts.gpus or 2
     if not gpus:
@@ -378,7 +425,10 @@ def run(spec: Optional[dict], profile: Optional[dict], node, overrides: Optional
     if gpus < 2:
         # One rank all-reduces with itself: a memcpy whose "busbw" once read 49592.7 GB/s on 1x H100.
         return [result(CHECK_ID, Status.SKIP, f"needs 2 ranks, this node has {gpus} GPU")]
-    expected_gpus = (profile or {}).get("gpu_count") or gpus
+    # The one engine ran on exactly the GPUs it could see and use, and says which: its rank count is that.
+    # Its own engine: judged against the GPUs the profile says the node has, so a node that lost a GPU FAILs
+    # on the rank count instead of erroring out of the launcher.
+    expected_gpus = gpus if shared else ((profile or {}).get("gpu_count") or gpus)
     nvls_expected = (profile or {}).get("nvls_expected")
     peak = link_peak(node, nvls=nvls_expected is not False) if opts.backend == "nccl" else None
     peak = peak or peaks.unknown_links_bound()  # unknown links still bound what is possible
@@ -395,7 +445,12 @@ def run(spec: Optional[dict], profile: Optional[dict], node, overrides: Optional
     malformed_by_try: list = []
 
     def attempt(index: int) -> Try:
-        measurement, error, raw = measure(node, engine, binary, opts, gpus)
+        if shared:  # the first try is the run's one engine's; a retry runs that engine's all-reduce alone
+            measurement, error, raw = from_session(session if index == 0 else session.again(node, "allreduce"))
+            if measurement is not None:
+                raw["gpus"] = measured
+        else:
+            measurement, error, raw = measure(node, engine, binary, opts, gpus)
         malformed_by_try.append(measurement.payload_problems if measurement else [])
         if measurement is None:
             return Try(
@@ -410,8 +465,12 @@ def run(spec: Optional[dict], profile: Optional[dict], node, overrides: Optional
                 ),
                 {"engine": engine},
             )
-        judged = judge(measurement, expected_gpus, threshold, opts, nvls_expected, peak)
+        judged = judge(measurement, expected_gpus, threshold, opts, nvls_expected, peak,
+                       reachable_peak(node, measurement.transport.nvls is True))
         judged.details["run"] = raw
+        if shared:
+            judged.details["gpus"] = measured
+            judged.reason += f" (GPUs {', '.join(str(g) for g in measured)})"
         return Try(
             judged, {"engine": engine, "curve_busbw": {str(p.size_bytes): p.busbw_gbps for p in measurement.points}}
         )

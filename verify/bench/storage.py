@@ -47,8 +47,9 @@ from verify.engine import (
     engine_env,
     read_result,
 )
+from verify.facts.gpu_query import query_gpus
 from verify.interrupt import deferred
-from verify.judging import peaks
+from verify.judging import peaks, verdicts
 from verify.profiles import bench_setting, resolve_threshold
 from verify.result import Status
 from verify.runner import which
@@ -266,11 +267,13 @@ def run_odirect(spec, profile, node, opts: StorageOptions, path: str):
     )
 
 
-def run_cufile(spec, profile, node, opts: StorageOptions, path: str):
+def run_cufile(spec, profile, node, opts: StorageOptions, path: str, busy: Optional[list] = None):
     threshold = resolve_threshold("storage_cufile_gbps", profile, spec)
     gds_expected = bool((profile or {}).get("gds_expected", False))
     bound = storage_bound(node, path)
-    argv = engine_argv("verify.bench.cufile_read", ["--file", path, "--block", opts.block_bytes, "--gpu", opts.gpu])
+    hidden = ",".join(b.bus_id for b in busy or [])
+    argv = engine_argv("verify.bench.cufile_read", ["--file", path, "--block", opts.block_bytes, "--gpu", opts.gpu,
+                                                    *(["--exclude-bus-ids", hidden] if hidden else [])])
 
     def judge(payload):
         details = {k: v for k, v in payload.items() if k != "runs"}
@@ -421,15 +424,18 @@ def scratch_parent(node, spec: Optional[dict], opts: StorageOptions) -> tuple:
     return FALLBACK_DIR, f"{why}: {FALLBACK_DIR} on the root disk"
 
 
-def run(spec: Optional[dict], profile: Optional[dict], node, overrides: Optional[dict] = None) -> list:
+def run(spec: Optional[dict], profile: Optional[dict], node, overrides: Optional[dict] = None,
+        session=None) -> list:
     """Read one file with each engine. overrides (the `tunefleet bench storage` options, or the
-    default quick set): file, dir, size_bytes, queue_depth, engines, gpu, tries, timeout_s."""
+    default quick set): file, dir, size_bytes, queue_depth, engines, gpu, tries, timeout_s. `session`:
+    the run's GPU engine session (verify.bench.engine_session), whose busy GPUs cuFile never touches."""
     opts = options_from(profile, overrides)
+    busy = list(session.busy) if session is not None else []
     if opts.file:
         if not os.path.isfile(opts.file):
             return [result("bench.storage", Status.ERROR, f"--file {opts.file} does not exist")]
         # Engines start in / (never the caller's directory), so they get the absolute path.
-        return measure(spec, profile, node, opts, os.path.abspath(opts.file))
+        return measure(spec, profile, node, opts, os.path.abspath(opts.file), busy)
     parent, where = scratch_parent(node, spec, opts)
     room = free_bytes(parent)
     if room is None or room < opts.size_bytes + SPARE_BYTES:
@@ -469,7 +475,7 @@ def run(spec: Optional[dict], profile: Optional[dict], node, overrides: Optional
                     f"could not write the scratch file {path}: {out.stderr.strip()[-300:] or out.returncode}",
                 )
             ]
-        results = measure(spec, profile, node, opts, path)
+        results = measure(spec, profile, node, opts, path, busy)
         for item in results:
             item.details["scratch_dir"] = parent
             item.details["scratch_dir_chosen"] = where
@@ -479,8 +485,18 @@ def run(spec: Optional[dict], profile: Optional[dict], node, overrides: Optional
             shutil.rmtree(scratch, ignore_errors=True)
 
 
-def measure(spec: Optional[dict], profile: Optional[dict], node, opts: StorageOptions, path: str) -> list:
-    """Every selected engine reads `path`: gdsio where installed, O_DIRECT, cuFile without gdsio."""
+def node_gpu_count(node) -> int:
+    try:
+        return len(query_gpus(node).gpus)
+    except ValueError:
+        return 0
+
+
+def measure(spec: Optional[dict], profile: Optional[dict], node, opts: StorageOptions, path: str,
+            busy: Optional[list] = None) -> list:
+    """Every selected engine reads `path`: gdsio where installed, O_DIRECT, cuFile without gdsio. `busy`: GPUs
+    another process holds (verify.bench.engine_session.BusyGpu), hidden from cuFile's engine."""
+    busy = busy or []
     results = []
     root = getattr(node, "root", "/")
     gdsio = which("gdsio", root) if "gdsio" in opts.engines else None
@@ -489,14 +505,18 @@ def measure(spec: Optional[dict], profile: Optional[dict], node, opts: StorageOp
     if "odirect" in opts.engines:
         results.append(run_odirect(spec, profile, node, opts, path))
     if "cufile" in opts.engines and not gdsio:
-        if module_available("cuda.bindings") and module_available("torch"):
-            results.append(run_cufile(spec, profile, node, opts, path))
+        if busy and node_gpu_count(node) - len(busy) <= 0:
+            results.append(result("bench.storage.cufile", Status.ERROR, "cuFile read not run: every GPU is in use ("
+                                  + "; ".join(b.describe() for b in busy) + ")",
+                                  details={verdicts.ACTION_KEY: verdicts.APPLICATION}))
+        elif module_available("cuda.bindings"):
+            results.append(run_cufile(spec, profile, node, opts, path, busy))
         else:
             results.append(
                 result(
                     "bench.storage.cufile",
                     Status.SKIP,
-                    "neither gdsio nor cuda-python's cuFile binding (with torch) is installed",
+                    "neither gdsio nor cuda-python's cuFile binding is installed",
                 )
             )
     return results

@@ -10,7 +10,7 @@ import argparse
 import sys
 
 from verify.bench.common import parse_size
-from verify.engine import NUMBER, ListOf, Maybe, emit_result
+from verify.engine import NUMBER, ListOf, Maybe, emit_result, normal_bus, restrict_visible, torch_bus_id
 
 # What the engine emits (verify.engine.checked_payload checks it where it enters verify):
 # one row per GPU; a malformed row is dropped and named, the others are still judged.
@@ -18,61 +18,57 @@ PAYLOAD_SCHEMA = {"gpus": ListOf({"index": int, "name": Maybe(str), "pcie": Mayb
                                   "pcie_under_load": Maybe(dict), "h2d_gbps": NUMBER, "d2h_gbps": NUMBER})}
 
 
-def pcie_links(count: int) -> list:
-    """NVML PCIe generation and width per GPU; empty dicts when pynvml is absent."""
+_LINK_CALLS = (
+    ("gen_max", "nvmlDeviceGetMaxPcieLinkGeneration"),
+    ("width_max", "nvmlDeviceGetMaxPcieLinkWidth"),
+    ("gen_current", "nvmlDeviceGetCurrPcieLinkGeneration"),
+    ("width_current", "nvmlDeviceGetCurrPcieLinkWidth"),
+    ("gen_gpu_max", "nvmlDeviceGetGpuMaxPcieLinkGeneration"),
+)
+
+
+def pcie_of(handle, current_only: bool = False) -> dict:
+    """One GPU's PCIe link as NVML reports it (max and current generation and width, bus id), inside an
+    initialised NVML session; `current_only`: the current generation and width alone (read under load:
+    GPUs train the link down at idle to save power, so only a reading while copies run says whether the
+    link really runs at its maximum; the idle health check can only warn). {} without a handle."""
+    if handle is None:
+        return {"error": "NVML has no handle for this GPU"} if current_only else {}
+    import pynvml
+
+    link: dict = {}
+    for key, call in _LINK_CALLS[2:4] if current_only else _LINK_CALLS:
+        try:
+            link[key] = int(getattr(pynvml, call)(handle))
+        except Exception as exc:  # NVML raises its own error types per call
+            link[f"{key}_error"] = str(exc)
+    if current_only:
+        return link if "gen_current" in link and "width_current" in link else {"error": "; ".join(link.values())}
     try:
-        import pynvml
-    except ImportError:
-        return [{} for _ in range(count)]
-    links = []
-    pynvml.nvmlInit()
-    try:
-        for index in range(count):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            link = {}
-            for key, call in (
-                ("gen_max", "nvmlDeviceGetMaxPcieLinkGeneration"),
-                ("width_max", "nvmlDeviceGetMaxPcieLinkWidth"),
-                ("gen_current", "nvmlDeviceGetCurrPcieLinkGeneration"),
-                ("width_current", "nvmlDeviceGetCurrPcieLinkWidth"),
-                ("gen_gpu_max", "nvmlDeviceGetGpuMaxPcieLinkGeneration"),
-            ):
-                try:
-                    link[key] = int(getattr(pynvml, call)(handle))
-                except Exception as exc:  # NVML raises its own error types per call
-                    link[f"{key}_error"] = str(exc)
-            try:
-                link["bus_id"] = pynvml.nvmlDeviceGetPciInfo(handle).busId
-                if isinstance(link["bus_id"], bytes):
-                    link["bus_id"] = link["bus_id"].decode()
-            except Exception as exc:
-                link["bus_id_error"] = str(exc)
-            links.append(link)
-    finally:
-        pynvml.nvmlShutdown()
-    return links
+        bus = pynvml.nvmlDeviceGetPciInfo(handle).busId
+        link["bus_id"] = bus.decode() if isinstance(bus, bytes) else bus
+    except Exception as exc:
+        link["bus_id_error"] = str(exc)
+    return link
 
 
-def link_under_load(index: int) -> dict:
-    """NVML's current PCIe generation and width of one GPU, read while its copies are in flight.
-
-    GPUs train the link down at idle to save power, so only a reading under load says whether the
-    link really runs at its maximum (the idle health check can only warn).
-    """
+def nvml_handles(torch, count: int) -> dict:
+    """{CUDA ordinal: NVML handle} by PCI bus id (CUDA's numbering is the process's own: CUDA_VISIBLE_DEVICES
+    renumbers), {} without pynvml or NVML."""
     try:
         import pynvml
 
         pynvml.nvmlInit()
-    except Exception as exc:  # no pynvml, or NVML refused to start
-        return {"error": f"NVML unavailable: {exc}"}
-    try:
-        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-        return {"gen_current": int(pynvml.nvmlDeviceGetCurrPcieLinkGeneration(handle)),
-                "width_current": int(pynvml.nvmlDeviceGetCurrPcieLinkWidth(handle))}
-    except Exception as exc:
-        return {"error": str(exc)}
-    finally:
-        pynvml.nvmlShutdown()
+    except Exception:  # no pynvml, or NVML refused to start: copies are still measured
+        return {}
+    handles = {}
+    for ordinal in range(count):
+        bus = torch_bus_id(torch.cuda.get_device_properties(ordinal))
+        try:
+            handles[ordinal] = pynvml.nvmlDeviceGetHandleByPciBusId(bus) if bus else None
+        except Exception:
+            handles[ordinal] = None
+    return handles
 
 
 def measure_gpu(torch, index: int, nbytes: int, iters: int, warmup: int, sample_link=None) -> dict:
@@ -106,7 +102,10 @@ def main(argv=None) -> int:
     parser.add_argument("--iters", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--gpus", default="all", help="'all' or a comma list of indices")
+    parser.add_argument("--exclude-bus-ids", default="",
+                        help="GPUs (PCI bus ids) never touched: another job holds them")
     args = parser.parse_args(argv)
+    restrict_visible({normal_bus(b) for b in args.exclude_bus_ids.split(",") if b.strip()})  # before torch starts
     try:
         import torch
     except ImportError as exc:
@@ -117,18 +116,20 @@ def main(argv=None) -> int:
         return 3
     count = torch.cuda.device_count()
     indices = list(range(count)) if args.gpus == "all" else [int(i) for i in args.gpus.split(",")]
-    links = pcie_links(count)
+    handles = nvml_handles(torch, count)
     nbytes = parse_size(args.size_bytes)
     gpus = []
     for index in indices:
-        row = {
-            "index": index,
-            "name": torch.cuda.get_device_name(index),
-            "pcie": links[index] if index < len(links) else {},
-        }
-        row.update(measure_gpu(torch, index, nbytes, args.iters, args.warmup, link_under_load))
+        handle = handles.get(index)
+        row = {"index": index, "name": torch.cuda.get_device_name(index), "pcie": pcie_of(handle)}
+        if handle is not None:  # the row names the GPU as nvidia-smi does, whatever CUDA's numbering
+            import pynvml
+
+            row["cuda_ordinal"], row["index"] = index, int(pynvml.nvmlDeviceGetIndex(handle))
+        row.update(measure_gpu(torch, index, nbytes, args.iters, args.warmup,
+                               lambda _ordinal, h=handle: pcie_of(h, current_only=True)))
         print(
-            f"gpu{index} {row['name']}: H2D {row['h2d_gbps']:.1f} GB/s, D2H {row['d2h_gbps']:.1f} GB/s",
+            f"gpu{row['index']} {row['name']}: H2D {row['h2d_gbps']:.1f} GB/s, D2H {row['d2h_gbps']:.1f} GB/s",
             file=sys.stderr,
             flush=True,
         )

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 from verify.checks.common import result, role_disabled, section, skip
+from verify.facts import nccl_settings
+from verify.facts.nccl_settings import NcclConfParseError  # noqa: F401 - raised by parse_nccl_conf
 from verify.node import Node
 from verify.result import Status
 
@@ -9,22 +11,9 @@ ROLE = "gpu"
 CHECK_ID = "gpu.nccl_conf"
 
 
-class NcclConfParseError(ValueError):
-    pass
-
-
 def parse_nccl_conf(text: str) -> dict:
-    """NCCL reads `KEY=VALUE` lines; `#` starts a comment line."""
-    values = {}
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        if "=" not in line:
-            raise NcclConfParseError(f"line {number} is not KEY=VALUE: {line[:60]!r}")
-        key, value = line.split("=", 1)
-        values[key.strip()] = value.strip()
-    return values
+    """NCCL reads `KEY=VALUE` lines; `#` starts a comment line (verify.facts.nccl_settings, the one reader)."""
+    return {key: setting.value for key, setting in nccl_settings.parse_nccl_conf(text).items()}
 
 
 def judge(path: str, wanted: dict, found: dict):

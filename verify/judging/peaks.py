@@ -7,6 +7,7 @@ derived from the same peaks. Every figure is GB/s (1e9 bytes) in ONE direction u
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Iterable, Optional
@@ -30,6 +31,17 @@ class Peak:
 
     def to_dict(self) -> dict:
         return {"gbps": round(self.gbps, 3), "source": self.source, **({"fallback": True} if self.fallback else {})}
+
+
+def finite_peak(rate, source: str) -> Optional[Peak]:
+    """The one gate every computed bound passes: a peak is a finite number above zero, or there is none
+    (facts that carry NaN, infinity or nonsense make no bound, and the caller's fallback bound applies,
+    so a NaN peak can never make a NaN floor that a 1e8 GB/s figure passes)."""
+    try:
+        value = float(rate)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return Peak(value, source) if math.isfinite(value) and value > 0 else None
 
 
 def pcie_gbps(gen: Optional[int], width: Optional[int]) -> Optional[float]:
@@ -125,16 +137,35 @@ def allreduce_peak(
     return Peak(total, f"busbw bound {total:.1f} GB/s = {source}")
 
 
+def allreduce_reachable(nvlink_per_gpu: Optional[float], pcie: Optional[Peak],
+                        nvls_ran: bool = False) -> Optional[Peak]:
+    """The busbw a ring or tree all-reduce can reach inside a node: each GPU sends its share over its own
+    links, so one GPU's NVLink bandwidth per direction (PCIe where there is no NVLink) bounds it; NVLS
+    (reduction inside the NVSwitch) can pass that, up to twice, only where NCCL used it. This is the
+    "% of peak" shown beside the figure; allreduce_peak (links summed, x2) stays the garbage bound."""
+    if nvlink_per_gpu:
+        base = finite_peak(nvlink_per_gpu, f"ring/tree all-reduce: one GPU's NVLink, {nvlink_per_gpu:.1f} GB/s per "
+                                           "direction")
+    else:
+        base = finite_peak(pcie.gbps, f"ring/tree all-reduce over PCIe: {pcie.source}") if pcie else None
+    if base is None or not nvls_ran:
+        return base
+    return Peak(2 * base.gbps, f"NVLS ran: up to 2 x ({base.source})")
+
+
 # ---- GPU engines (verify/bench/gpu_*.py) ---------------------------------------------------------
 
 def hbm_peak(bus_width_bits: Optional[int], mem_clock_mhz: Optional[float], origin: str = "NVML") -> Optional[Peak]:
     """A GPU's memory bandwidth: bus width (bits) / 8 x max memory clock x 2 (HBM/GDDR move data on
     both clock edges, NVML reports the base clock: 5120 bits x 2619 MHz = 3352 GB/s on H100 SXM,
     NVIDIA's 3.35 TB/s). A device-to-device copy moves read + write traffic through the same bus."""
-    if not bus_width_bits or not mem_clock_mhz or bus_width_bits < 1 or mem_clock_mhz <= 0:
+    try:
+        if not bus_width_bits or not mem_clock_mhz or bus_width_bits < 1 or mem_clock_mhz <= 0:
+            return None
+        rate = bus_width_bits / 8 * mem_clock_mhz * 1e6 * 2 / 1e9
+    except (TypeError, OverflowError):  # facts of the wrong type make no bound (finite_peak)
         return None
-    rate = bus_width_bits / 8 * mem_clock_mhz * 1e6 * 2 / 1e9
-    return Peak(rate, f"HBM {bus_width_bits}-bit x {mem_clock_mhz:g} MHz x 2 (DDR) = {rate:.0f} GB/s ({origin})")
+    return finite_peak(rate, f"HBM {bus_width_bits}-bit x {mem_clock_mhz:g} MHz x 2 (DDR) = {rate:.0f} GB/s ({origin})")
 
 
 # Dense BF16 tensor-core FLOP per SM per clock, by compute capability (major, minor). Each is the
@@ -158,10 +189,13 @@ def matmul_peak(capability, sm_count: Optional[int], max_sm_clock_mhz: Optional[
     except (TypeError, ValueError, IndexError):
         return None
     per_clock = DENSE_BF16_FLOP_PER_SM_CLOCK.get(key)
-    if not per_clock or not sm_count or not max_sm_clock_mhz or max_sm_clock_mhz <= 0:
+    try:
+        if not per_clock or not sm_count or not max_sm_clock_mhz or max_sm_clock_mhz <= 0:
+            return None
+        rate = per_clock * sm_count * max_sm_clock_mhz * 1e6 / 1e12
+    except (TypeError, OverflowError):
         return None
-    rate = per_clock * sm_count * max_sm_clock_mhz * 1e6 / 1e12
-    return Peak(rate, f"sm_{key[0]}{key[1]} dense BF16 {per_clock} FLOP/SM/clock x {sm_count} SMs x "
+    return finite_peak(rate, f"sm_{key[0]}{key[1]} dense BF16 {per_clock} FLOP/SM/clock x {sm_count} SMs x "
                       f"{max_sm_clock_mhz:g} MHz max SM clock = {rate:.0f} TFLOPS")
 
 
@@ -170,7 +204,7 @@ def pair_copy_peak(nvlink_src: float, nvlink_dst: float, pcie: Optional[Peak]) -
     direction), else the PCIe link when neither GPU has NVLink; None when nothing is known."""
     if nvlink_src and nvlink_dst:
         rate = min(nvlink_src, nvlink_dst)
-        return Peak(rate, f"NVLink {rate:.1f} GB/s per direction (the slower GPU's active links)")
+        return finite_peak(rate, f"NVLink {rate:.1f} GB/s per direction (the slower GPU's active links)")
     return pcie
 
 

@@ -15,18 +15,22 @@ from verify.result import Status
 OK = "ok"
 WATCH = "watch"
 APPLICATION = "application"
+FIX_CONFIG = "fix-config"
 RESET_GPU = "reset-gpu"
 REBOOT = "reboot"
 DRAIN_RMA = "drain-rma"
 # Least to most disruptive.
-ACTIONS = (OK, WATCH, APPLICATION, RESET_GPU, REBOOT, DRAIN_RMA)
+ACTIONS = (OK, WATCH, APPLICATION, FIX_CONFIG, RESET_GPU, REBOOT, DRAIN_RMA)
 ACTION_KEY = "action"
 
 # A GPU reset clears a pending row remap or a recoverable error without taking the node out: WARN until it
 # recurs (NVIDIA GPU Memory Error Management, "Row Remapping": "requires a GPU reset to take effect";
 # "Error Recovery and Response Flags": with the pending flag set "unaffected applications can continue
 # running ... and new workloads can be launched"). A recurrence is drain-rma (see recurred()).
-STATUS = {OK: Status.PASS, WATCH: Status.WARN, APPLICATION: Status.WARN, RESET_GPU: Status.WARN,
+# A node whose own configuration makes it slow (an nccl.conf line that turns NVLink off, a CPU governor the
+# desired state disagrees with) is FAIL: it must be fixed before jobs run there, and the fix is named.
+STATUS = {OK: Status.PASS, WATCH: Status.WARN, APPLICATION: Status.WARN, FIX_CONFIG: Status.FAIL,
+          RESET_GPU: Status.WARN,
           REBOOT: Status.FAIL, DRAIN_RMA: Status.FAIL}
 
 # What the operator does, in words for the report's remediation line ({index}: the GPU, {what}: the part).
@@ -34,6 +38,7 @@ WORDS = {
     OK: "no action",
     WATCH: "no action now; look again if it repeats",
     APPLICATION: "the application must be restarted or fixed; the GPU stays in service",
+    FIX_CONFIG: "fix the node's configuration ({what}), e.g. by applying the tunefleet roles, then verify again",
     RESET_GPU: "reset the GPU when it is idle (nvidia-smi -r -i {index}); if it recurs, drain the node and RMA the GPU",
     REBOOT: "drain the node and reboot it; RMA if it recurs",
     DRAIN_RMA: "drain the node and open an RMA for {what} (hardware fault)",

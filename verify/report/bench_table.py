@@ -78,9 +78,11 @@ def row_of(result: CheckResult) -> BenchRow:
     details = result.details if isinstance(result.details, dict) else {}
     value = finite_number(result.observed)
     value = value if value is not None else finite_number(details.get("value"))
-    peak_record = section(details, "physical_peak")
-    # A fallback bound (verify.judging.peaks: the link could not be read) judged the figure but is not this
-    # node's peak: no "% of peak" of it, and the table says bound, not peak.
+    # The peak the figure is shown against: what its algorithm can reach on that node where the benchmark
+    # says (the all-reduce's reachable_peak), else the link's physical peak. A fallback bound
+    # (verify.judging.peaks: the link could not be read) judged the figure but is not this node's peak: no
+    # "% of peak" of it, and the table says bound, not peak.
+    peak_record = section(details, "reachable_peak") or section(details, "physical_peak")
     fallback = peak_record.get("fallback") is True
     peak = None if fallback else finite_number(peak_record.get("gbps"))
     threshold = section(details, "threshold")
