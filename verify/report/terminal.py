@@ -77,5 +77,12 @@ def render(report: dict, width: int = 0, colour: bool = False) -> str:
     _, code = summary_of(report)
     tally = "  ".join(f"{status} {count}" for status, count in people_counts(report).items())
     note = action_note(report)
-    lines += ["", *bench_lines(report), f"{host_of(report)}: {tally}  {note + '  ' if note else ''}(exit code {code})"]
+    closing = [*bench_lines(report), f"{host_of(report)}: {tally}  {note + '  ' if note else ''}(exit code {code})"]
+    lines.append("")
+    for line in closing:  # a long line goes on under an indent, inside the width like the table
+        if len(line) <= width:
+            lines.append(line)
+            continue
+        head, *rest = wrap(line, width)
+        lines += [head, *("  " + more for more in wrap(" ".join(rest), width - 2))] if rest else [head]
     return "\n".join(lines) + "\n"
