@@ -74,8 +74,9 @@ def test_the_html_lists_each_finding_once_and_a_repeated_skip_reason_once():
 
 def test_the_terminal_table_fits_120_columns_and_never_cuts_a_number():
     report = ci_vm()
-    report["run"]["bench"] = {"selection": "quick", "ran": [], "wall_s": 0.1, "skipped": [
-        {"benchmark": "nccl", "reason": "needs 2 ranks, this node has 0 GPUs; " + "a long reason " * 9}]}  # under fact_text's 200
+    long_reason = "needs 2 ranks, this node has 0 GPUs; " + "a long reason " * 9  # under fact_text's 200
+    report["run"]["bench"] = {"selection": "quick", "ran": [], "wall_s": 0.1,
+                              "skipped": [{"benchmark": "nccl", "reason": long_reason}]}
     for width in (0, 80, 120, 200):
         lines = terminal.render(report, width=width).splitlines()
         assert max(len(line) for line in lines) <= 120
