@@ -232,7 +232,7 @@ def peer_access_from_engine(results: list, record: dict, node: Node) -> list:
     benchmark phase: the config phase and the scheduler hooks read NVML's, which needs no CUDA context)."""
     from verify.bench.engine_session import last_session
     from verify.checks import health_p2p
-    from verify.facts.peer_access import PeerAccess
+    from verify.facts.peer_access import SOURCE_CUDA, PeerAccess
 
     session = last_session(node)
     peer = (session.payload or {}).get("peer") if session is not None and session.payload else None
@@ -241,7 +241,7 @@ def peer_access_from_engine(results: list, record: dict, node: Node) -> list:
     gpus = {g["index"]: g.get("name", "") for g in session.payload.get("gpus") or []
             if g.get("index") in set(session.payload.get("measured") or [])}
     access = PeerAccess(gpus=gpus, torch_version=str(session.payload.get("torch")), mapped_by="bus id",
-                        can_access={(p["src"], p["dst"]): p["can_access"] for p in peer["pairs"]})
+                        source=SOURCE_CUDA, can_access={(p["src"], p["dst"]): p["can_access"] for p in peer["pairs"]})
     if len(access.gpus) < 2:
         return results
     refused = access.refused

@@ -318,3 +318,23 @@ def test_the_report_shows_the_all_reduce_against_its_reachable_peak_not_the_garb
     rows, _ = run_families(h200x4_node(), ("nccl",))
     shown = bench_table.row_of(rows["bench.nccl_allreduce"])
     assert shown.peak == pytest.approx(478.116) and 74 < shown.percent_of_peak < 76  # 356.6 of 478.1
+
+
+def test_health_p2p_after_the_benchmarks_is_cudas_own_answer_from_the_same_engine():
+    from verify import local_run
+    from verify.checks import health_p2p
+
+    node = h200x4_node()
+    run_families(node, ("gpu",))
+    earlier = result("health.p2p", Status.PASS, "all 4 GPUs (NVML)")
+    rows = local_run.peer_access_from_engine([earlier], {}, node)
+    judged = next(r for r in rows if r.check_id == health_p2p.CHECK_ID)
+    assert judged is not earlier and judged.status is Status.PASS
+    assert judged.details["answered_by"].startswith("CUDA")
+    assert judged.details["config_phase"]["reason"] == earlier.reason
+    session = engine_session.last_session(node)
+    session.payload["peer"]["pairs"][0]["can_access"] = False  # GPU 0 -> 1 refused over NV18
+    node.runner.answer = lambda argv: output(argv, stdout=TOPO_M) if argv == ["nvidia-smi", "topo", "-m"] else \
+        output(argv, missing=True)
+    refused = next(r for r in local_run.peer_access_from_engine([earlier], {}, node) if r.check_id == "health.p2p")
+    assert refused.status is Status.FAIL and refused.details["action"] == verdicts.REBOOT and "0->1" in refused.reason

@@ -1,12 +1,21 @@
-"""Peer access: which GPUs CUDA lets map each other's memory, and what links each pair.
+"""Peer access: which GPUs the driver lets map each other's memory, and what links each pair.
 
-CUDA's answer (`cudaDeviceCanAccessPeer`, through torch) comes from an engine process
-(verify.facts.peer_access_engine, run through node.run like every engine: verify.engine), so the
-verify process never imports torch. What links a pair comes from `nvidia-smi topo -m`: its GPU-by-GPU
-cells say NV# (a bonded set of # NVLinks, through an NVSwitch or a bridge) or the PCIe distance (PIX,
-PXB, PHB, NODE, SYS).
+The answer comes from NVML's P2P status per ordered pair and capability (nvmlDeviceGetP2PStatus, READ and
+WRITE), never from a CUDA context: the scheduler's hooks run beside users' jobs, where a context takes memory
+from the job and cannot be created at all on a GPU in EXCLUSIVE_PROCESS mode (DCGM's health watches and gpud
+read NVML alone for the same reason). Two readers give the same answer:
 
-Every read is pure where it can be: `parse_peer_result` and `parse_topo_gpu_links` take text;
+- the scheduler's in-process NVML session (verify.scheduler.nvml.read_raw asks every pair, `prime` hands the
+  PeerAccess to node.memo[MEMO_P2P]);
+- elsewhere (`verify --local`, drills, captured output) `nvidia-smi topo -p2p r` and `-p2p w` through
+  node.run: a GPU-by-GPU matrix of X / OK / CNS / GNS / TNS / NS / DR / U with a Legend.
+
+CUDA's own answer (cudaDeviceCanAccessPeer) belongs to `verify`'s benchmark phase, whose engine may hand it
+over as a PeerAccess with source SOURCE_CUDA. What links a pair comes from `nvidia-smi topo -m`: its
+GPU-by-GPU cells say NV# (a bonded set of # NVLinks, through an NVSwitch or a bridge) or the PCIe distance
+(PIX, PXB, PHB, NODE, SYS).
+
+Every read is pure where it can be: `parse_p2p_matrix` and `parse_topo_gpu_links` take text;
 `read_peer_access` and `read_gpu_links` only run the commands and hand the text over.
 """
 
@@ -14,18 +23,24 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Optional
 
-from verify.engine import CANNOT_RUN, ENGINE_CWD, checked_payload, engine_argv, engine_env, read_result
-from verify.facts import peer_access_engine  # its PAYLOAD_SCHEMA; torch is imported only in its main()
 from verify.facts.gpu_query import query_gpus
 from verify.node import Node
 
-ENGINE = "verify.facts.peer_access_engine"
-# torch numbers GPUs fastest-first unless told; nvidia-smi (and so `topo -m` and the checks) by PCI bus.
-ENGINE_ENV = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
-# Importing torch and creating a CUDA context on every GPU: seconds; a hung driver must not hold the run.
-ENGINE_TIMEOUT_S = 120.0
+SOURCE_NVML = "nvml"
+SOURCE_SMI = "nvidia-smi topo -p2p"
+SOURCE_CUDA = "cuda"
+MEMO_P2P = "peer_access"  # node.memo key: the PeerAccess the scheduler's NVML session read
+# nvmlGpuP2PCapsIndex_t (nvml.h) by its integer: pynvml spells NVML_P2P_CAPS_INDEX_READ as the tuple (0,)
+# (a stray comma), which ctypes refuses ("Don't know how to convert parameter 3").
+P2P_CAPS = (("read", 0, "r"), ("write", 1, "w"))  # (name, NVML capability index, nvidia-smi -p2p letter)
+# nvmlGpuP2PStatus_t (nvml.h)
+STATUS_OK = 0
+STATUS_NAMES = {0: "OK", 1: "CHIPSET_NOT_SUPPORTED", 2: "GPU_NOT_SUPPORTED", 3: "IOH_TOPOLOGY_NOT_SUPPORTED",
+                4: "DISABLED_BY_REGKEY", 5: "NOT_SUPPORTED", 6: "UNKNOWN"}
+# nvidia-smi topo -p2p's cells, as its Legend names them, -> the same status
+SMI_CELLS = {"OK": 0, "CNS": 1, "GNS": 2, "TNS": 3, "DR": 4, "NS": 5, "U": 6}
+SMI_TIMEOUT_S = 20.0
 TOPO_ARGV = ["nvidia-smi", "topo", "-m"]
 PCIE_LEVELS = ("PIX", "PXB", "PHB", "NODE", "SYS")
 _NV = re.compile(r"^NV([0-9]{1,4})$")
@@ -36,25 +51,55 @@ class TopoParseError(ValueError):
     pass
 
 
+class P2pParseError(ValueError):
+    pass
+
+
 @dataclass
 class PeerAccess:
-    """CUDA's peer-access answer per ordered pair of nvidia-smi GPU indices.
+    """The driver's peer-access answer per ordered pair of nvidia-smi GPU indices, and where it came from.
 
-    `skip_reason`: the node cannot answer (no torch, no CUDA device); `error`: the engine failed
-    (hung, crashed, a malformed result). Either leaves `can_access` empty."""
+    `source`: SOURCE_NVML, SOURCE_SMI or SOURCE_CUDA. `status`: per pair, the P2P status per capability
+    (nvml.h's names: "OK", "GPU_NOT_SUPPORTED", ...), where NVML or nvidia-smi answered; `can_access` is
+    True where every capability read OK. `skip_reason`: the node cannot answer (no nvidia-smi); `error`:
+    the answer could not be read (a command failed, output that does not parse). Either leaves
+    `can_access` empty."""
 
     gpus: dict = field(default_factory=dict)  # nvidia-smi index -> name
     can_access: dict = field(default_factory=dict)  # (src index, dst index) -> bool
-    torch_version: str = ""
-    mapped_by: str = ""  # "bus id" or "ordinal" (CUDA_DEVICE_ORDER=PCI_BUS_ID)
+    source: str = ""
+    status: dict = field(default_factory=dict)  # (src index, dst index) -> {"read": "OK", "write": "OK"}
+    torch_version: str = ""  # SOURCE_CUDA only
+    mapped_by: str = ""  # SOURCE_CUDA only: "bus id" or "ordinal"
     skip_reason: str = ""
     error: str = ""
-    problems: list = field(default_factory=list)  # malformed rows dropped at the payload check
-    raw: dict = field(default_factory=dict)  # the engine's exit status and output tails, for the report
+    problems: list = field(default_factory=list)
+    raw: dict = field(default_factory=dict)  # the commands' exit status and output tails, for the report
 
     @property
     def refused(self) -> list:
         return sorted(pair for pair, can in self.can_access.items() if not can)
+
+
+def status_name(code: int) -> str:
+    return STATUS_NAMES.get(code, f"status {code}")
+
+
+def from_status(gpus: dict, by_capability: dict, source: str) -> PeerAccess:
+    """{capability name: {(a, b): nvmlGpuP2PStatus_t}} -> PeerAccess: a pair can access its peer when
+    every capability asked is OK. A pair one capability lacks is refused and named in `problems`."""
+    found = PeerAccess(gpus=dict(gpus), source=source)
+    pairs = sorted({pair for statuses in by_capability.values() for pair in statuses})
+    for pair in pairs:
+        named = {}
+        for capability, statuses in by_capability.items():
+            if pair in statuses:
+                named[capability] = status_name(statuses[pair])
+            else:
+                found.problems.append(f"{pair[0]}->{pair[1]}: no {capability} status")
+        found.status[pair] = named
+        found.can_access[pair] = len(named) == len(by_capability) and all(s == "OK" for s in named.values())
+    return found
 
 
 def _last_line(text: str) -> str:
@@ -66,60 +111,81 @@ def _tail(text: str, limit: int = 2000) -> str:
     return text if len(text) <= limit else "...\n" + text[-limit:]
 
 
-def normal_bus_id(text: str) -> str:
-    """'0000:18:00.0', '18:00.0' -> '00000000:18:00.0' (nvidia-smi's 8-digit domain, upper case)."""
-    parts = text.strip().upper().split(":")
-    if len(parts) == 2:
-        parts = ["0", *parts]
-    return ":".join([parts[0].zfill(8), *parts[1:]])
+def parse_p2p_matrix(text: str) -> dict:
+    """`nvidia-smi topo -p2p r|w|n` -> {(gpu, gpu): nvmlGpuP2PStatus_t} for every ordered pair. Raises
+    P2pParseError naming the line for a cell that is none of the Legend's."""
+    lines = text.splitlines()
+    header_at = next((i for i, line in enumerate(lines)
+                      if line.split() and all(_GPU.match(word) for word in line.split())), None)
+    if header_at is None:
+        raise P2pParseError(f"no header line of GPU columns in {text.strip()[:80]!r}")
+    columns = [int(word[3:]) for word in lines[header_at].split()]
+    statuses: dict = {}
+    for number, line in enumerate(lines[header_at + 1:], header_at + 2):
+        words = line.split()
+        if words and words[0] == "Legend:":
+            break
+        if not words or not _GPU.match(words[0]):
+            continue
+        row = int(words[0][3:])
+        cells = words[1:]
+        if len(cells) != len(columns):
+            raise P2pParseError(f"line {number}: GPU{row} has {len(cells)} cells for {len(columns)} GPUs")
+        for column, cell in zip(columns, cells):
+            if column == row:
+                if cell != "X":
+                    raise P2pParseError(f"line {number}: GPU{row}'s own cell is {cell[:20]!r}, not X")
+                continue
+            if cell not in SMI_CELLS:
+                raise P2pParseError(f"line {number} (GPU{row}, GPU{column}): {cell[:20]!r} is not a P2P status "
+                                    f"({', '.join(SMI_CELLS)})")
+            statuses[(row, column)] = SMI_CELLS[cell]
+    if len(columns) > 1 and not statuses:
+        raise P2pParseError("no GPU row under the header")
+    return statuses
 
 
-def parse_peer_result(stdout: str, bus_to_index: Optional[dict] = None) -> PeerAccess:
-    """The engine's marked line -> PeerAccess keyed by nvidia-smi index (by bus id where both sides know
-    it, else CUDA's ordinal, which CUDA_DEVICE_ORDER=PCI_BUS_ID makes the same). `error` says what is
-    missing or malformed; a malformed pair row is dropped and named in `problems`."""
-    payload, problems = checked_payload(read_result(stdout), peer_access_engine.PAYLOAD_SCHEMA)
-    if payload is None:
-        return PeerAccess(error="the peer access engine returned a malformed result: " + "; ".join(problems[:3]),
-                          problems=problems)
-    known = {normal_bus_id(bus): index for bus, index in (bus_to_index or {}).items()}
-    index_of, mapped = {}, "bus id"
-    for gpu in payload["gpus"]:
-        bus = gpu.get("bus_id")
-        if bus and normal_bus_id(bus) in known:
-            index_of[gpu["ordinal"]] = known[normal_bus_id(bus)]
-        else:
-            index_of[gpu["ordinal"]], mapped = gpu["ordinal"], "ordinal"
-    found = PeerAccess(gpus={index_of[g["ordinal"]]: g["name"] for g in payload["gpus"]},
-                       torch_version=payload["torch"], mapped_by=mapped, problems=problems)
-    for pair in payload["pairs"]:
-        if pair["src"] in index_of and pair["dst"] in index_of:
-            found.can_access[(index_of[pair["src"]], index_of[pair["dst"]])] = pair["can_access"]
-        else:
-            found.problems.append(f"pair {pair['src']}->{pair['dst']}: a CUDA ordinal the engine did not list")
+def _gpu_names(node: Node) -> dict:
+    try:
+        return {g.index: g.name for g in query_gpus(node).gpus}
+    except ValueError:
+        return {}
+
+
+def read_smi_p2p(node: Node) -> PeerAccess:
+    """`nvidia-smi topo -p2p r` and `-p2p w` on the node -> PeerAccess; reasons and errors said, never raised."""
+    by_capability, raw = {}, {}
+    for capability, _, letter in P2P_CAPS:
+        argv = ["nvidia-smi", "topo", "-p2p", letter]
+        out = node.run(argv, timeout_s=SMI_TIMEOUT_S)
+        raw[capability] = {"returncode": out.returncode, "stdout_tail": _tail(out.stdout or ""),
+                           "stderr_tail": _tail(out.stderr or "")}
+        if out.missing:
+            return PeerAccess(source=SOURCE_SMI, skip_reason="nvidia-smi is not installed", raw=raw)
+        if not out.ok:
+            why = "timed out" if out.timed_out else f"exited {out.returncode}"
+            return PeerAccess(source=SOURCE_SMI, raw=raw, error=f"{' '.join(argv)} {why}: "
+                                                                 f"{_last_line(out.stderr or out.stdout)[:160]}")
+        try:
+            by_capability[capability] = parse_p2p_matrix(out.stdout)
+        except P2pParseError as exc:
+            return PeerAccess(source=SOURCE_SMI, raw=raw, error=f"{' '.join(argv)}: {exc}")
+    gpus = sorted({index for statuses in by_capability.values() for pair in statuses for index in pair})
+    names = _gpu_names(node)
+    found = from_status({index: names.get(index, "") for index in gpus}, by_capability, SOURCE_SMI)
+    if found.problems:
+        found.error = "nvidia-smi topo -p2p r and w list different GPU pairs: " + "; ".join(found.problems[:3])
+        found.raw = raw
     return found
 
 
 def read_peer_access(node: Node) -> PeerAccess:
-    """Run the engine on the node; SKIP reasons and errors are said, never raised."""
-    argv = engine_argv(ENGINE, [])
-    out = node.run(argv, timeout_s=ENGINE_TIMEOUT_S, env=engine_env(ENGINE_ENV), cwd=ENGINE_CWD)
-    raw = {"returncode": out.returncode, "stderr_tail": _tail(out.stderr or ""), "stdout_tail": _tail(out.stdout or "")}
-    if out.timed_out:
-        return PeerAccess(error=f"the peer access engine hung: killed after {ENGINE_TIMEOUT_S:.0f} s", raw=raw)
-    if out.missing:
-        return PeerAccess(error=f"the peer access engine could not start: {_last_line(out.stderr)}", raw=raw)
-    if read_result(out.stdout) is None:
-        if out.returncode == CANNOT_RUN:
-            return PeerAccess(skip_reason=_last_line(out.stderr), raw=raw)
-        return PeerAccess(error=f"the peer access engine exited {out.returncode} without a result: "
-                                f"{_last_line(out.stderr)}", raw=raw)
-    inventory = query_gpus(node)
-    found = parse_peer_result(out.stdout, {g.bus_id: g.index for g in inventory.gpus})
-    found.raw = raw
-    return found
-
-
+    """The scheduler's NVML reading where one was primed (node.memo[MEMO_P2P]), else nvidia-smi's. Never
+    a CUDA context."""
+    primed = node.memo.get(MEMO_P2P)
+    if isinstance(primed, PeerAccess):
+        return primed
+    return read_smi_p2p(node)
 def _cell(text: str, where: str) -> str:
     cell = text.strip().upper()
     if cell == "SOC":  # what drivers before R384 printed for SYS

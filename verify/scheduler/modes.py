@@ -100,8 +100,9 @@ def judge(spec: dict, node: Node, options: Options, now: Optional[float] = None)
     boot = kernel_events.boot_id(node)
     if state.boot_id != boot:  # a reboot (or a first run): the cursor and the open events are of another boot
         state = saved.State(boot_id=boot, last_run=state.last_run)
-    if options.use_nvml:
-        driver, raw = nvml.read_raw()
+    names = checks_of(options.mode)
+    if options.use_nvml:  # peer access too where health.p2p runs: NVML, never a CUDA context
+        driver, raw = nvml.read_raw(with_p2p="health.p2p" in names)
         if driver is not None:
             nvml.prime(node, driver, raw)
         run["gpu_source"] = "nvml" if driver is not None else f"nvidia-smi ({raw})"
@@ -117,7 +118,6 @@ def judge(spec: dict, node: Node, options: Options, now: Optional[float] = None)
     if state.counters:
         run["counters_interval_s"] = round(now - state.counters_at, 3) if state.counters_at else None
     timings: dict = {}
-    names = checks_of(options.mode)
     results = run_checks(spec, node, names, timings=timings)
     if MEMO_FABRIC in node.memo and "health.fabric" not in names:  # the registered check judged it already
         results += fabric_results(node)

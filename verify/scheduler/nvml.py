@@ -5,16 +5,19 @@ verify.facts.health_smi's readings), so the checks' judges run unchanged without
 Split like the rest of verify: `read_raw` is the only code that touches NVML (pynvml, imported inside it);
 `health_fields` is a pure function from those numbers to the fields nvidia-smi would have printed.
 The NVSwitch fabric state it reads goes to node.memo[verify.facts.fabric.MEMO_FABRIC]; its judge is
-verify.checks.health_fabric.
+verify.checks.health_fabric. Where health.p2p runs (the health and npd hooks) it also asks NVML's P2P status
+of every ordered pair (READ and WRITE), primed as the PeerAccess health.p2p judges: no CUDA context.
 Where pynvml is missing the checks fall back to nvidia-smi by themselves (slower: a process per query).
 """
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from typing import Optional
 
 from verify.facts import health_smi
 from verify.facts.fabric import MEMO_FABRIC
 from verify.facts.gpu_query import Gpu, GpuInventory
+from verify.facts.peer_access import MEMO_P2P, P2P_CAPS, SOURCE_NVML, from_status
 from verify.node import Node
 
 NA = "[N/A]"
@@ -109,8 +112,26 @@ def read_gpu(pynvml, index: int) -> dict:
     }
 
 
-def read_raw() -> tuple:
-    """(driver version, [raw dict per GPU]) from one NVML session, or (None, why not)."""
+def read_p2p_row(pynvml, index: int, count: int) -> Optional[dict]:
+    """{peer index: {capability: nvmlGpuP2PStatus_t}} of one GPU towards every other, inside an initialised
+    session; None where NVML answers no status for one of them (health.p2p then asks nvidia-smi)."""
+    handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+    row = {}
+    for peer in range(count):
+        if peer == index:
+            continue
+        other = pynvml.nvmlDeviceGetHandleByIndex(peer)
+        statuses = {name: _ask(pynvml, pynvml.nvmlDeviceGetP2PStatus, handle, other, caps_index)
+                    for name, caps_index, _ in P2P_CAPS}
+        if any(status is None for status in statuses.values()):
+            return None
+        row[peer] = {name: int(status) for name, status in statuses.items()}
+    return row
+
+
+def read_raw(with_p2p: bool = False) -> tuple:
+    """(driver version, [raw dict per GPU]) from one NVML session, or (None, why not). with_p2p: each GPU's
+    dict also holds "p2p" (read_p2p_row), for health.p2p; the prolog does not ask."""
     try:
         import pynvml  # only where NVML is read: the config checks run on a bare python3
     except ImportError:
@@ -124,10 +145,17 @@ def read_raw() -> tuple:
         count = pynvml.nvmlDeviceGetCount()
         if count <= 1:
             return driver, [read_gpu(pynvml, index) for index in range(count)]
+
+        def read_one(index: int) -> dict:
+            raw = read_gpu(pynvml, index)
+            if with_p2p:
+                raw["p2p"] = read_p2p_row(pynvml, index, count)
+            return raw
+
         # NVML is thread-safe and ctypes releases the GIL in each call: the GPUs are read side by side, so an
         # 8-GPU prolog does not pay 8 readings in a row (unless the driver itself serialises them).
         with ThreadPoolExecutor(max_workers=min(count, 16)) as pool:
-            return driver, list(pool.map(lambda index: read_gpu(pynvml, index), range(count)))
+            return driver, list(pool.map(read_one, range(count)))
     except pynvml.NVMLError as exc:
         return None, f"NVML failed while reading the GPUs: {exc}"
     finally:
@@ -144,3 +172,9 @@ def prime(node: Node, driver: str, raw_gpus: list) -> None:
     node.memo["health_smi"] = (readings, "" if readings else "NVML lists no GPU")
     node.memo[MEMO_UUIDS] = {g["bus_id"]: g["uuid"] for g in raw_gpus if g.get("uuid")}
     node.memo[MEMO_FABRIC] = {g["index"]: g["fabric"] for g in raw_gpus if g.get("fabric") is not None}
+    rows = [g.get("p2p") for g in raw_gpus]
+    if len(raw_gpus) > 1 and all(row is not None for row in rows):  # else health.p2p asks nvidia-smi
+        by_capability = {name: {(g["index"], peer): row[peer][name] for g, row in zip(raw_gpus, rows) for peer in row}
+                         for name, _, _ in P2P_CAPS}
+        node.memo[MEMO_P2P] = from_status({g["index"]: g.get("name") or "" for g in raw_gpus}, by_capability,
+                                          SOURCE_NVML)
