@@ -110,10 +110,12 @@ def add_verify_parser(sub) -> argparse.ArgumentParser:
     v.add_argument("--out", default="reports", help="directory for the reports")
     v.add_argument("--world-readable", action="store_true",
                    help="reports readable by every user (default: owner only, they hold system detail)")
-    v.add_argument("--bench", default=None,
-                   help="quick (the set this node's hardware can run, short sweeps), full (the same set, the "
-                        "profile's long sweeps) or a comma list of nccl, hostcopy, storage, rdma "
-                        "(default: the desired state's verify_benchmarks, [quick])")
+    from verify.bench import names_text  # standard library only
+
+    v.add_argument("--bench", default=None, type=bench_names,
+                   help=f"{names_text()} (quick: the set this node's hardware can run, short sweeps; full: the "
+                        "same set with the profile's long sweeps; dcgm and burn run only when named; default: the "
+                        "desired state's verify_benchmarks, [quick])")
     v.add_argument("--no-bench", action="store_true", help="config checks only")
     v.add_argument("--limit", help="with -i: Ansible host pattern")
     v.add_argument("--quiet", action="store_true", help="no terminal table")
@@ -125,6 +127,19 @@ def add_verify_parser(sub) -> argparse.ArgumentParser:
                    help="also open a login session (su -l nobody) and record the ulimits it gets")
     add_verify_arguments(v)  # --history options (verify.history.cli)
     return v
+
+
+def bench_names(text: str) -> str:
+    """--bench: every name a set, a benchmark or an alias of one (verify.bench); an unknown name is bad
+    input, refused by the parser (exit 2) before anything runs or is recorded."""
+    from verify.bench import SETS, canonical, names_text
+
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n.lower() not in SETS and canonical(n) is None]
+    if not names or unknown:
+        said = ", ".join(repr(n) for n in unknown) if unknown else "no name"
+        raise argparse.ArgumentTypeError(f"unknown benchmark {said}; known: {names_text()}")
+    return text
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

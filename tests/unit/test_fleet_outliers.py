@@ -83,3 +83,21 @@ def test_versions_off_the_majority_are_named_with_the_majority_value():
     assert [(d.host, d.key, d.value, d.majority) for d in drift] == [
         ("c", "gpus[].driver_version", "575.57.08,575.57.08", "580.159.04,580.159.04")]
     assert "2 hosts have" in drift[0].reason()  # a NIC driver's name differing is not a version
+
+
+def test_a_figure_s_readings_are_its_tries_or_its_engine_s_repeated_runs():
+    """verify.bench.common.with_retries records each try's figure; an engine that repeats its read
+    (odirect_read --repeat) each run's GB/s. One of either is one reading: no noise can be measured."""
+    from verify.bench.storage import judge_floor
+    from verify.judging import peaks
+    from verify.stats.outliers import readings, relative_noise
+
+    runs = [{"bytes": 1 << 30, "seconds": 4.0, "gbps": 0.268}, {"bytes": 1 << 30, "seconds": 4.2, "gbps": 0.255}]
+    read = judge_floor("bench.storage.odirect", "O_DIRECT read:", 0.262, None, {"runs": runs},
+                       peaks.unknown_storage_bound())
+    assert readings(read) == [0.268, 0.255]
+    assert round(relative_noise(readings(read)), 3) == round(0.013 / 0.2615, 3)
+    read.details["tries"] = [{"try": 1, "observed": 0.2}, {"try": 2, "observed": 0.21}]
+    assert readings(read) == [0.2, 0.21]  # whole re-measurements come first
+    read.details = {"runs": runs[:1]}
+    assert readings(read) == [] and relative_noise([]) is None

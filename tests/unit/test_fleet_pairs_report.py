@@ -8,13 +8,19 @@ import argparse
 import copy
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 from verify.fleet.blame import main as blame_main
 from verify.fleet.pairing import FAIL, PASS, Outcome, plan_round
 from verify.fleet.report import main as report_main
+from verify.result import EXIT_COULD_NOT_CHECK, EXIT_FAILED
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "fleet"
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO / "tests" / "fixtures" / "fleet"
 HOSTS = ["pw-node1", "pw-node2", "pw-node3", "pw-node4"]
 RAILS = ["eth1", "eth2"]
 FLOOR = 0.03  # molecule/pairwise/molecule.yml's verify_thresholds
@@ -138,8 +144,9 @@ def test_a_damaged_cell_is_left_out_and_named_and_an_unreadable_summary_costs_on
     assert len(data["pairs"]["cells"]) == len(summary["pairs"]["cells"]) - 1
     assert [b["hosts"] for b in data["pairs"]["blame"]] == [["pw-node3"]]
     assert [(e["field"], e["message"]) for e in data["load_errors"]] == [
-        ("pairs.cells[0].rails.eth1", "busbw_gbps is not a finite number"),
-        ("pairs.blame[1].status", "is not text")]
+        ("pairs.cells[0].rails.eth1.busbw_gbps", "expected a finite number or null, got a string"),
+        ("pairs.blame[1].status", "missing"), ("pairs.blame[1].reason", "missing"),
+        ("pairs.blame[1].hosts", "expected a list, got a string"), ("pairs.blame[1].rails", "missing")]
 
     path.write_text("{not json")
     assert report(run) == 1  # the hosts' own verdicts still come from their crossnode files
@@ -147,3 +154,64 @@ def test_a_damaged_cell_is_left_out_and_named_and_an_unreadable_summary_costs_on
     assert data["pairs"] is None and data["bad_hosts"] == ["pw-node3"]
     assert [e["path"] for e in data["load_errors"]] == [str(path)]
     assert "the pair matrix is not shown" in data["load_errors"][0]["message"]
+
+
+def _drop(path: tuple):
+    def damage(summary: dict) -> None:
+        holder = summary
+        for key in path[:-1]:
+            holder = holder[key]
+        del holder[path[-1]]
+    return damage
+
+
+def _set(path: tuple, value):
+    def damage(summary: dict) -> None:
+        holder = summary
+        for key in path[:-1]:
+            holder = holder[key]
+        holder[path[-1]] = value
+    return damage
+
+
+@pytest.mark.parametrize("damage, field", [
+    # The fuzzing's find: a rail without its figure ended the HTML writer with KeyError 'busbw_gbps'.
+    (_drop(("pairs", "cells", 0, "rails", "eth1", "busbw_gbps")), "pairs.cells[0].rails.eth1.busbw_gbps"),
+    (_drop(("pairs", "cells", 1, "worst_fraction")), "pairs.cells[1].worst_fraction"),
+    (_set(("pairs", "cells", 0, "rails", "eth2", "floor_gbps"), 10 ** 400), "pairs.cells[0].rails.eth2.floor_gbps"),
+    (_set(("pairs", "blame", 0, "evidence", 0, "round"), "two"), "pairs.blame[0].evidence[0].round"),
+    (_drop(("pairs", "cells", 0, "rails", "eth1", "status")), "pairs.cells[0].rails.eth1.status"),
+    (_set(("pairs",), [1, 2]), ""),
+])
+def test_a_damaged_pairs_summary_is_a_warn_naming_it_and_every_format_is_written(tmp_path, damage, field):
+    """Through the real command: no traceback, the documented exit code (1: pw-node3's own crossnode FAIL
+    still decides), a WARN naming the file and the field, and all four formats written."""
+    run = scenario_run(tmp_path)
+    path = run / "nccl-pairs" / "summary.json"
+    summary = json.loads(path.read_text())
+    damage(summary)
+    path.write_text(json.dumps(summary))
+    done = subprocess.run([sys.executable, "-m", "verify", "report", str(run), "--format", "json,md,html,junit"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in done.stderr and done.returncode == EXIT_FAILED, done.stderr
+    assert f"WARN {path}: {field}" in done.stderr
+    for name in ("fleet_report.json", "fleet_report.md", "fleet_report.html", "fleet_report.junit.xml"):
+        assert (run / name).stat().st_size > 0
+    data = json.loads((run / "fleet_report.json").read_text())
+    assert any(e["path"] == str(path) for e in data["load_errors"])
+    assert "pw-node3" in (run / "fleet_report.html").read_text()
+
+
+def test_a_damaged_summary_on_a_clean_fleet_exits_3_could_not_check(tmp_path):
+    """Nothing failed, but a file the report is built from could not be read: 3, never 0, never 2."""
+    run = scenario_run(tmp_path)
+    for crossnode in run.glob("*/crossnode-*.json"):
+        crossnode.unlink()
+    path = run / "nccl-pairs" / "summary.json"
+    summary = json.loads(path.read_text())
+    _drop(("pairs", "cells", 0, "rails", "eth1", "busbw_gbps"))(summary)
+    path.write_text(json.dumps(summary))
+    done = subprocess.run([sys.executable, "-m", "verify", "report", str(run)], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert "Traceback" not in done.stderr and done.returncode == EXIT_COULD_NOT_CHECK, done.stderr
+    assert (run / "fleet_report.html").is_file()

@@ -82,8 +82,17 @@ def runtime_requirements(wheel: Path) -> list:
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory) -> SimpleNamespace:
+def built(tmp_path_factory):
+    """The sources built into a wheel and a collection, in a directory removed after this module: it holds
+    a venv with every dependency (~300 MB), and pytest keeps its last three runs' temporary directories."""
     work = tmp_path_factory.mktemp("packaging")
+    try:
+        yield _build(work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _build(work: Path) -> SimpleNamespace:
     src = copy_sources(work / "src")
     dist = work / "dist"
     env = clean_env(work)

@@ -57,6 +57,13 @@ ALIASES = {
 # made, and the GPUs other processes hold (storage's cuFile read keeps off those).
 SHARED_ENGINE_FAMILIES = ("gpu", "hostcopy", "nccl", "storage")
 SETS = ("quick", "full")
+
+
+def names_text() -> str:
+    """The one list of benchmark names that `--help`, the README and the errors give."""
+    return f"{' or '.join(SETS)}, or a comma list of {', '.join(FAMILIES)}"
+
+
 ORDER = ("gpu", "nccl", "hostcopy", "storage", "rdma", "burn")
 CHECK_IDS = {"nccl": "bench.nccl_allreduce", "hostcopy": "bench.hostcopy", "storage": "bench.storage",
              "rdma": "bench.rdma", "gpu": "bench.gpu", "burn": "bench.gpu_burn"}

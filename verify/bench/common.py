@@ -132,7 +132,8 @@ def recorded_only(
     broken = broken_measurement(value, peak.gbps if peak else None, peak.source if peak else "", floor, floor_source)
     if broken:
         return result(check_id, Status.ERROR, f"{reason}: {broken}", None, observed, BROKEN_REMEDIATION, details)
-    return result(check_id, Status.PASS, f"{reason}: recorded only", None, observed, "", details)
+    return result(check_id, Status.PASS, f"{reason}: recorded only", None, observed, "",
+                  dict(details, recorded_only=True))  # no verdict: reports show it as RECORDED (verify.report)
 
 
 def figure_text(value: Any, digits: int = 2) -> str:

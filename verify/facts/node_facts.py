@@ -143,6 +143,9 @@ def gather_facts(node: Node) -> dict:
              ("nics", _nics), ("block_devices", _block_devices), ("libraries", _libraries),
              ("tool_versions", _tool_versions), ("firmware", _firmware))
     facts["kernel"] = node.read_value("/proc/sys/kernel/osrelease")
+    # One kernel, one machine: containers (or hosts of a test fleet) with the same boot id share its
+    # devices, so their benchmark figures contend for one disk (verify.fleet.summary says so).
+    facts["boot_id"] = node.read_value("/proc/sys/kernel/random/boot_id")
     banner = node.read_value("/proc/driver/nvidia/version")
     facts["nvidia_driver_banner"] = banner.splitlines()[0] if banner else None
     for key, gather in parts:

@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 from verify.bounded_load import MAX_BYTES, BoundedLoadError, loads_json_bytes_bounded, read_bounded
+from verify.engine import schema_problems
 from verify.fleet.baseline import hardware_of
+from verify.report.schemas import RESULT_SCHEMA, split_problem
 from verify.result import CheckResult, Status
 from verify.stats.outliers import MEASUREMENT_ROLES
 from verify.stats.uniformity import fleet_versions
@@ -29,8 +31,6 @@ BASELINE_NAME = "fleet_baseline.json"  # `tunefleet baseline`'s default output (
 FLEET_OUTPUT_NAMES = frozenset({"fleet_report.json", ADDRESSES_NAME, REGRESSIONS_NAME, BASELINE_NAME})
 PARALLEL_FROM = 2000
 CLEAN = frozenset({Status.PASS.value, Status.SKIP.value})
-STATUS_VALUES = frozenset(s.value for s in Status)
-TEXT_FIELDS = ("role", "reason", "remediation")  # text when present (null reads as "")
 
 
 @dataclass
@@ -46,6 +46,7 @@ class NodeReport:
     source: str = ""
     hardware: str = ""  # the profile it is judged against in a fleet baseline (verify.fleet.baseline)
     damaged: list = field(default_factory=list)  # LoadError per record skipped (it names the field)
+    machine: str = ""  # the kernel's boot id (facts.boot_id): hosts sharing one share its devices
 
     def add(self, result: CheckResult) -> None:
         self.statuses[result.check_id] = result.status.value
@@ -84,8 +85,10 @@ def parse_node_report(data: Any, origin: str, fallback_host: str = "") -> NodeRe
     host = _host_name(data, facts) or fallback_host
     if not host:
         raise ReportFormatError("the report names no host")
+    boot_id = facts.get("boot_id")
     node = NodeReport(host=host, results=[], versions=fleet_versions(facts), source=origin,
-                      hardware=hardware_of(data, facts))
+                      hardware=hardware_of(data, facts),
+                      machine=boot_id.strip()[:64] if isinstance(boot_id, str) else "")
     for index, item in enumerate(raw_results):
         try:
             _take_result(node, item, index)
@@ -250,38 +253,16 @@ class DamagedRecord(ReportFormatError):
 
 
 def _parse_result(item: Any, index: int) -> CheckResult:
-    """One result, its shape checked field by field (DamagedRecord naming the first wrong one)."""
+    """One result, checked against the node report's result schema (verify.report.schemas.RESULT_SCHEMA);
+    DamagedRecord naming the first field that differs."""
     where = f"results[{index}]"
-    if not isinstance(item, dict):
-        raise DamagedRecord(where, f"{where} is not an object")
-    check_id = item.get("check_id")
-    if "check_id" not in item:
-        raise DamagedRecord(f"{where}.check_id", f"{where} has no 'check_id'")
-    if not isinstance(check_id, str) or not check_id:
-        raise DamagedRecord(f"{where}.check_id", f"{where}: check_id {_short(check_id)} is not a name")
-    named = f"{where} ({check_id[:80]})"
-    status = item.get("status")
-    if "status" not in item:
-        raise DamagedRecord(f"{where}.status", f"{named} has no 'status'")
-    if not isinstance(status, str) or status not in STATUS_VALUES:
-        raise DamagedRecord(f"{where}.status", f"{named}: status {_short(status)} is not one of "
-                                               f"{', '.join(sorted(STATUS_VALUES))}")
-    for key in TEXT_FIELDS:
-        if not isinstance(item.get(key, ""), (str, type(None))):
-            raise DamagedRecord(f"{where}.{key}", f"{named}: {key} {_short(item[key])} is not text")
-    if not isinstance(item.get("details") or {}, dict):
-        raise DamagedRecord(f"{where}.details", f"{named}: details must be an object, got "
-                                                f"{type(item['details']).__name__}")
+    problems = schema_problems(item, RESULT_SCHEMA, where)
+    if problems:
+        field, message = split_problem(problems[0])
+        check_id = item.get("check_id") if isinstance(item, dict) else None
+        named = f"{where} ({check_id[:80]})" if isinstance(check_id, str) and check_id else where
+        raise DamagedRecord(field, f"{named}: {field[len(where) + 1:] or 'the result'}: {message}")
     return CheckResult.from_dict(item)
-
-
-def _short(value: Any, limit: int = 60) -> str:
-    """repr of a damaged value, cut (a 400-digit integer or a deep object names itself in a line)."""
-    try:
-        text = repr(value)
-    except ValueError:  # an integer past the interpreter's digit limit
-        text = f"<{type(value).__name__}>"
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _host_name(data: dict, facts: dict) -> str:

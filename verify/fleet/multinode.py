@@ -42,8 +42,11 @@ def launcher_argv(args: argparse.Namespace) -> list:
     # so no rank ever reads PYTHONPATH or a sitecustomize.py from the caller's directories.
     worker_argv = engine_argv("verify.fleet.multinode", worker)
     if args.launcher == "torchrun":
+        # torchrun's own logs beside the result file (the run's private directory), never a torchelastic_*
+        # directory it would otherwise leave in /tmp after every run.
+        logs = os.path.join(os.path.dirname(os.path.abspath(args.result_file)), "torchelastic")
         return engine_argv("torch.distributed.run", [
-            "--no-python", f"--nnodes={args.nnodes}", f"--nproc-per-node={args.nproc_per_node}",
+            "--no-python", f"--log-dir={logs}", f"--nnodes={args.nnodes}", f"--nproc-per-node={args.nproc_per_node}",
             f"--node-rank={args.node_rank}", f"--master-addr={args.master_addr}", f"--master-port={args.master_port}",
             *worker_argv])
     if args.launcher == "mpirun":

@@ -11,11 +11,13 @@ from xml.sax.saxutils import escape as xml_escape
 from xml.sax.saxutils import quoteattr
 
 from verify import __version__
-from verify.bounded_load import MAX_BYTES, BoundedLoadError, finite_number, loads_json_bytes_bounded, read_bounded
+from verify.bounded_load import MAX_BYTES, BoundedLoadError, loads_json_bytes_bounded, read_bounded
 from verify.desired import project_root, template_environment
+from verify.engine import ListOf, Maybe, schema_problems
 from verify.fleet.model import load_fleet_dir, load_fleet_dir_for
 from verify.fleet.summary import FleetSummary, build_summary
 from verify.report import OutDirError, action_label, bench_table, check_out_dir, plots
+from verify.report.schemas import FiniteNumber, split_problem
 from verify.result import Status
 from verify.safe_io import PRIVATE_DIR, PRIVATE_FILE, SHARED_FILE, UnsafePathError, open_trusted_dir, write_in_dir
 
@@ -27,6 +29,8 @@ OUTPUT_NAMES = {"json": "fleet_report.json", "md": "fleet_report.md", "html": "f
 # the JSON always has them all.
 HTML_CLEAN_HOSTS = 50
 HTML_MAX_COLUMNS = 60
+SHARED_NOTE = ("one machine (the same kernel boot id): their benchmarks measured the same devices at once, "
+               "so an outlier among them is a WARN, never a confirmed FAIL")
 # Hosts whose benchmark table is drawn (failures first); the JSON has every figure.
 HTML_BENCH_HOSTS = 50
 
@@ -81,6 +85,13 @@ def main(args) -> int:
     return summary.exit_code()
 
 
+# The side files a fleet run writes beside the node reports, as the report reads them back: each record
+# checked against its schema (verify.engine's declarative check), a record that differs left out and named.
+ADDRESS_LIST = ListOf(str, may_be_empty=True)
+REGRESSION_ENTRY = {"host": str, "reason": str}  # verify.history.regress to_dict: what the writers read
+REGRESSIONS_FILE = {"regressions": list, "drift": list, "percent": Maybe(FiniteNumber), "runs": Maybe(FiniteNumber)}
+
+
 def read_addresses(directory: Path, errors: list) -> dict:
     """host -> addresses, written by playbooks/verify.yml; {} when absent (a hand-collected DIR).
     A host whose entry is not a list of addresses is left out (its path MTU failures are not blamed)."""
@@ -95,15 +106,12 @@ def read_addresses(directory: Path, errors: list) -> dict:
         return {}
     addresses = {}
     for host, addrs in data.items():
-        if not isinstance(addrs, list) or not all(isinstance(a, str) for a in addrs):
-            errors.append(LoadError(str(path), f"must be a list of addresses, got {_kind(addrs)}", str(host)))
+        wrong = schema_problems(addrs, ADDRESS_LIST, str(host))
+        if wrong:
+            errors.append(LoadError(str(path), *reversed(split_problem(wrong[0]))))
             continue
         addresses[str(host)] = list(addrs)
     return addresses
-
-
-# What the fleet report reads of each regression and config drift entry (verify.history.regress to_dict).
-REGRESSION_TEXT = ("host", "reason")
 
 
 def read_regressions(directory: Path, errors: list) -> dict:
@@ -115,25 +123,24 @@ def read_regressions(directory: Path, errors: list) -> dict:
     data = _side_file(path, errors, "regressions not listed")
     if data is None:
         return {}
-    if not isinstance(data, dict) or not all(isinstance(data.get(k), list) for k in ("regressions", "drift")):
-        errors.append(LoadError(str(path), "must hold 'regressions' and 'drift' lists"))
+    wrong = schema_problems(data, {k: v for k, v in REGRESSIONS_FILE.items() if v is list})
+    if wrong:
+        errors.append(LoadError(str(path), f"must hold 'regressions' and 'drift' lists ({wrong[0]})"))
         return {}
     out: dict = {"regressions": [], "drift": []}
     for section in ("regressions", "drift"):
         for index, entry in enumerate(data[section]):
-            where = f"{section}[{index}]"
-            if not isinstance(entry, dict):
-                errors.append(LoadError(str(path), f"must be an object, got {_kind(entry)}", where))
-                continue
-            wrong = next((k for k in REGRESSION_TEXT if not isinstance(entry.get(k), str)), None)
-            if wrong:
-                errors.append(LoadError(str(path), f"must be text, got {_kind(entry.get(wrong))}", f"{where}.{wrong}"))
-                continue
-            out[section].append(entry)
+            problems = schema_problems(entry, REGRESSION_ENTRY, f"{section}[{index}]")
+            for problem in problems:
+                field, message = split_problem(problem)
+                errors.append(LoadError(str(path), message, field))
+            if not problems:
+                out[section].append(entry)
     for key in ("percent", "runs"):  # the settings the pass ran with, shown beside the list
-        if key in data and finite_number(data[key]) is None:
-            errors.append(LoadError(str(path), f"must be a finite number, got {_kind(data[key])}", key))
-        elif key in data:
+        problems = schema_problems(data.get(key), REGRESSIONS_FILE[key], key)
+        if problems:
+            errors.append(LoadError(str(path), split_problem(problems[0])[1], key))
+        elif data.get(key) is not None:
             out[key] = data[key]
     return out
 
@@ -172,10 +179,6 @@ def _side_file(path: Path, errors: list, lost: str):
     except BoundedLoadError as exc:
         errors.append(LoadError(str(path), f"unreadable, {lost}: {str(exc)[:200]}"))
         return None
-
-
-def _kind(value) -> str:
-    return "null" if value is None else type(value).__name__
 
 
 def write_reports(summary: FleetSummary, out_dir: Path, formats, title: str = "tunefleet fleet report",
@@ -223,7 +226,9 @@ def to_json(summary: FleetSummary, pairs: Optional[dict] = None) -> dict:
     profile, baseline, reference, rule, reason}] against the fleet baseline (--baseline, verify.fleet.baseline);
     pairs {hosts, cells [{a, b, rails {rail: {status, busbw_gbps, floor_gbps, fraction, round}}, worst_fraction,
     status}], blame [{kind, hosts, rails, status, reason, remediation, evidence [outcome]}]} of the pairwise
-    NCCL rounds (verify.report.pair_matrix), null when the run had none; load_errors [{path, message}].
+    NCCL rounds (verify.report.pair_matrix), null when the run had none; shared_machines [{boot_id, hosts}]: hosts
+    reporting one kernel boot id (containers of one machine), whose benchmarks share its devices, so their
+    outliers are not confirmed (verify.fleet.summary); load_errors [{path, message}].
     """
     return {
         "schema": SCHEMA,
@@ -243,6 +248,7 @@ def to_json(summary: FleetSummary, pairs: Optional[dict] = None) -> dict:
         "config_drift": summary.regressions.get("drift", []),
         "baseline": [f.to_dict() for f in summary.baseline],
         "pairs": pairs,
+        "shared_machines": summary.shared_machines,
         "load_errors": [e.to_dict() for e in summary.load_errors],
     }
 
@@ -312,6 +318,9 @@ def to_markdown(summary: FleetSummary, title: str, pairs: Optional[dict] = None)
     if summary.outliers:
         out += ["## Outliers against the fleet (median/MAD)", ""]
         out += [f"- **{o.host}**: {o.reason()}" for o in summary.outliers] + [""]
+    if summary.shared_machines:
+        out += ["## Hosts sharing one machine", ""]
+        out += [f"- {', '.join(g['hosts'])}: {SHARED_NOTE}" for g in summary.shared_machines] + [""]
     if summary.drift:
         out += ["## Versions that differ from the majority", ""]
         out += [f"- **{d.host}**: {d.reason()}" for d in summary.drift] + [""]
@@ -363,7 +372,7 @@ def to_html(summary: FleetSummary, title: str, pairs: Optional[dict] = None) -> 
         matrix_rows=shown_rows, hidden_clean=len(clean_rows) - min(len(clean_rows), HTML_CLEAN_HOSTS),
         columns=summary.check_ids[:HTML_MAX_COLUMNS], hidden_columns=max(0, len(summary.check_ids) - HTML_MAX_COLUMNS),
         plots=_html_plots(summary), host_benchmarks=_host_benchmarks(shown_rows),
-        pairs=pairs, pair_matrix_svg=heat_map_svg(pairs) if pairs else "",
+        pairs=pairs, pair_matrix_svg=heat_map_svg(pairs) if pairs else "", shared_note=SHARED_NOTE,
     )
 
 
@@ -403,6 +412,8 @@ def terminal_summary(summary: FleetSummary) -> str:
             lines.append(f"  {row.worst:5} {row.host}: {first.check_id}: {first.reason}{more}")
     if summary.regressions.get("regressions"):
         lines.append(f"  {len(summary.regressions['regressions'])} regression(s) against the hosts' own history")
+    for group in summary.shared_machines:
+        lines.append(f"  {', '.join(group['hosts'])}: {SHARED_NOTE}")
     if summary.baseline:
         lines.append(f"  {len(summary.baseline)} figure(s) below the fleet baseline on "
                      f"{len({f.host for f in summary.baseline})} host(s)")

@@ -11,10 +11,11 @@ from typing import Optional
 from verify.fleet.blame import blame_path_mtu
 from verify.fleet.model import NodeReport
 from verify.report.bench_table import is_benchmark
-from verify.result import STATUS_ORDER, CheckResult, Status
+from verify.result import EXIT_COULD_NOT_CHECK, EXIT_FAILED, EXIT_OK, STATUS_ORDER, CheckResult, Status
 from verify.stats import outliers as outlier_maths
 
-# An outlier this far below the fleet median is a failure, not just a warning.
+# An outlier this far below the fleet median is a failure, not just a warning, once confirmed
+# (verify.stats.outliers.confirm_low: a re-measurement, or a gap beyond the figure's measured noise).
 OUTLIER_FAIL_RATIO = 0.8
 NOT_CLEAN = frozenset({Status.FAIL.value, Status.ERROR.value, Status.WARN.value})
 STATUSES = [s.value for s in sorted(Status, key=lambda s: STATUS_ORDER[s])]
@@ -45,6 +46,9 @@ class FleetSummary:
     regressions: dict = field(default_factory=dict)
     # Each host against the fleet baseline (verify.fleet.baseline: --baseline FILE), [] without one.
     baseline: list = field(default_factory=list)
+    # Hosts that share one machine (one kernel boot id: containers), [{"boot_id", "hosts"}]: their
+    # benchmarks measure one set of devices at once, so their outliers are never confirmed.
+    shared_machines: list = field(default_factory=list)
 
     @property
     def host_counts(self) -> dict:
@@ -58,13 +62,14 @@ class FleetSummary:
         return [row.host for row in self.rows if row.worst in (Status.FAIL.value, Status.ERROR.value)]
 
     def exit_code(self) -> int:
-        """1 if any host failed, else 2 if anything could not be checked or read, else 0."""
+        """The README's codes (verify.result): 1 if any host failed, else 3 if anything could not be checked
+        or read (an ERROR row, a damaged file: the report is still written), else 0. 2 is bad input only."""
         worst = {row.worst for row in self.rows}
         if Status.FAIL.value in worst:
-            return 1
+            return EXIT_FAILED
         if Status.ERROR.value in worst or self.load_errors:
-            return 2
-        return 0
+            return EXIT_COULD_NOT_CHECK
+        return EXIT_OK
 
 
 def build_summary(nodes: list, load_errors: list, addresses: Optional[dict] = None,
@@ -75,7 +80,8 @@ def build_summary(nodes: list, load_errors: list, addresses: Optional[dict] = No
     metrics = outlier_maths.metric_values(nodes)
     found_outliers = _outliers_per_hardware(nodes, metrics)
     drift = outlier_maths.version_drift(nodes)
-    fleet_findings = _fleet_findings(found_outliers, drift)
+    shared = shared_machines(nodes)
+    fleet_findings = _fleet_findings(found_outliers, drift, nodes, shared)
     for host, findings in blamed.items():
         fleet_findings.setdefault(host, []).extend(findings)
     if baseline_findings:
@@ -94,7 +100,18 @@ def build_summary(nodes: list, load_errors: list, addresses: Optional[dict] = No
         metrics=metrics,
         curves=_curves(nodes),
         baseline=list(baseline_findings or []),
+        shared_machines=shared,
     )
+
+
+def shared_machines(nodes: list) -> list:
+    """[{"boot_id", "hosts"}] for every kernel boot id more than one host reported: one machine (a
+    host and its containers) whose disks, links and GPUs those hosts' benchmarks share."""
+    by_machine: dict = {}
+    for node in nodes:
+        if node.machine:
+            by_machine.setdefault(node.machine, []).append(node.host)
+    return [{"boot_id": boot, "hosts": sorted(hosts)} for boot, hosts in sorted(by_machine.items()) if len(hosts) > 1]
 
 
 def _outliers_per_hardware(nodes: list, metrics: dict) -> list:
@@ -109,16 +126,21 @@ def _outliers_per_hardware(nodes: list, metrics: dict) -> list:
     return sorted(found, key=lambda o: (o.metric, -abs(o.modified_z), o.host))
 
 
-def _fleet_findings(found_outliers: list, drift: list) -> dict:
+def _fleet_findings(found_outliers: list, drift: list, nodes: list = (), shared: list = ()) -> dict:
     """Outliers and drift as results on the host they accuse, so the matrix shows them."""
     findings: dict = {}
+    readings: dict = {}  # metric -> host -> its readings, built once for the metrics with an outlier
     for o in found_outliers:
-        status = Status.FAIL if o.fleet_median and o.relative < OUTLIER_FAIL_RATIO else Status.WARN
+        if o.metric not in readings:
+            readings[o.metric] = {node.host: outlier_maths.readings(r) for node in nodes
+                                  for r in node.results if r.check_id == o.metric}
+        status, why = _outlier_status(o, readings[o.metric], shared)
         findings.setdefault(o.host, []).append(CheckResult(
             check_id=f"fleet.outlier.{o.metric}", role="fleet", status=status,
-            expected=f"near the fleet median {o.fleet_median:g}", observed=o.value, reason=o.reason(),
+            expected=f"near the fleet median {o.fleet_median:g}", observed=o.value,
+            reason=o.reason() + (f"; {why}" if why else ""),
             remediation="compare this host's tuning and hardware with a median host; re-run the benchmark",
-            details=o.to_dict(),
+            details=dict(o.to_dict(), confirmation=why) if why else o.to_dict(),
         ))
     for d in drift:
         findings.setdefault(d.host, []).append(CheckResult(
@@ -128,6 +150,22 @@ def _fleet_findings(found_outliers: list, drift: list) -> dict:
             details=d.to_dict(),
         ))
     return findings
+
+
+def _outlier_status(o, per_host: dict, shared: list) -> tuple:
+    """(status, why) of one outlier: WARN unless it is far below the median and confirmed. Far below
+    on a machine other hosts share is never confirmed: they read one device at once (three containers
+    on one disk), which is contention, not a slow node."""
+    partners = next((g["hosts"] for g in shared if o.host in g["hosts"]), [])
+    if partners:
+        others = ", ".join(h for h in partners if h != o.host)
+        return Status.WARN, (f"not confirmed: {o.host} shares one machine (kernel boot id) with {others}, "
+                             "so their benchmarks measured the same devices at once")
+    if not (o.fleet_median and o.relative < OUTLIER_FAIL_RATIO):
+        return Status.WARN, ""
+    confirmed, why = outlier_maths.confirm_low(o, per_host.get(o.host, []), outlier_maths.metric_noise(per_host),
+                                               OUTLIER_FAIL_RATIO)
+    return (Status.FAIL if confirmed else Status.WARN), why
 
 
 def _host_row(node: NodeReport, extra: list) -> HostRow:

@@ -3,9 +3,11 @@ and after its checks, and `tunefleet history` itself. Standard library only (nod
 from __future__ import annotations
 
 import argparse
+import os
 import socket
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional
 
 from verify.history import regress
@@ -189,10 +191,15 @@ def main(args) -> int:
         settings.validate()
         if args.last is not None and args.last < 1:
             raise ValueError(f"--last {args.last}: must be 1 or more")
-        store = open_store(args.history or default_path(), create=False)
+        path, note = history_to_read(args.history, default_path())
+        store = open_store(path, create=False)
     except (ValueError, HistoryError) as exc:
         print(f"tunefleet history: {exc}", file=sys.stderr)
+        if not args.history:
+            print(f"tunefleet history: {where_to_look()}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    if note:
+        print(f"tunefleet history: {note}", file=sys.stderr)
     with store:
         try:
             if args.regressions:
@@ -218,6 +225,33 @@ def main(args) -> int:
         for line in store.warnings:  # damaged rows were skipped; the rest is shown
             print(f"tunefleet history: WARN {line}", file=sys.stderr)
     return _emit(text, args.out)
+
+
+# Where `tunefleet verify --out reports/NAME --history reports/NAME/history.sqlite` (as `make demo` does) keeps
+# a run's own history: looked for under the current directory when the default history does not exist.
+LOCAL_HISTORIES = "reports/*/history.sqlite"
+
+
+def history_to_read(asked: Optional[str], default: str) -> tuple:
+    """(path, note): --history when given; else the default history when it exists; else the history the
+    user last wrote beside their reports (the newest reports/*/history.sqlite under the current directory,
+    as `make demo` leaves it), with a note saying which one was read. Only a file's name and age are
+    read here; open_store checks the file and its directory before anything reads it."""
+    if asked or os.path.lexists(default):
+        return asked or default, ""
+    found = [(entry.stat(follow_symlinks=False).st_mtime, str(entry)) for entry in Path.cwd().glob(LOCAL_HISTORIES)
+             if entry.is_file() and not entry.is_symlink()]
+    if not found:
+        return default, ""
+    newest = max(found)[1]
+    return newest, (f"reading {newest}, the newest {LOCAL_HISTORIES} here ({default} does not exist); "
+                    "--history PATH reads another")
+
+
+def where_to_look() -> str:
+    return (f"no history found: pass --history PATH, the file given to `tunefleet verify --history` (`make demo` "
+            f"writes reports/demo/history.sqlite; run from the checkout, {LOCAL_HISTORIES} is found by itself), "
+            "or set TUNEFLEET_HISTORY")
 
 
 def _regressions_text(regressions: list, drift: list, fmt: str) -> str:

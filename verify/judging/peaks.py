@@ -27,9 +27,12 @@ class Peak:
 
     gbps: float
     source: str
+    # A bound used because the link could not be read (the fastest link there is): it keeps an impossible
+    # figure ERROR, but it is not this node's peak, and reports do not show a percentage of it.
+    fallback: bool = False
 
     def to_dict(self) -> dict:
-        return {"gbps": round(self.gbps, 3), "source": self.source}
+        return {"gbps": round(self.gbps, 3), "source": self.source, **({"fallback": True} if self.fallback else {})}
 
 
 def finite_peak(rate, source: str) -> Optional[Peak]:
@@ -97,7 +100,7 @@ def unknown_links_bound() -> Peak:
     """The busbw bound when the node's links are unknown: no real all-reduce exceeds it."""
     total = 2 * (FASTEST_NVLINK_GBPS + pcie_gbps(6, 16))
     return Peak(total, f"links unknown: busbw bound {total:.0f} GB/s = 2 x (NVLink 5 at 900 GB/s per direction"
-                       " + PCIe Gen6 x16), the fastest GPU interconnect there is")
+                       " + PCIe Gen6 x16), the fastest GPU interconnect there is", fallback=True)
 
 
 # Host<->GPU copies travel over PCIe, or NVLink-C2C on Grace Hopper/Blackwell (450 GB/s per
@@ -108,7 +111,7 @@ FASTEST_HOST_LINK_GBPS = 450.0
 def unknown_host_link_bound() -> Peak:
     """The host-copy bound when the GPU's host link is unknown."""
     return Peak(FASTEST_HOST_LINK_GBPS, "host link unknown: bound 450 GB/s per direction (NVLink-C2C, the "
-                                        "fastest CPU-GPU link there is)")
+                                        "fastest CPU-GPU link there is)", fallback=True)
 
 
 def allreduce_peak(
@@ -228,7 +231,7 @@ def unknown_storage_bound(why: str = "storage link unknown") -> Peak:
     gen, width = FASTEST_STORAGE_LINK
     rate = pcie_gbps(gen, width)
     return Peak(rate, f"{why}: bound {rate:.0f} GB/s = PCIe Gen{gen} x{width}, the fastest link a storage device"
-                      " attaches by")
+                      " attaches by", fallback=True)
 
 
 def summed_peak(parts: Iterable[Peak], label: str) -> Optional[Peak]:
@@ -259,7 +262,7 @@ def rdma_port_bound(rate_gbits: Optional[float], bidirectional: bool = False) ->
     if rate_gbits and rate_gbits > 0:
         return Peak(rate_gbits * factor, f"port rate {rate_gbits:g} Gb/s{both} (/sys/class/infiniband/*/ports/*/rate)")
     return Peak(FASTEST_IB_GBITS * factor, f"port rate unknown: {FASTEST_IB_GBITS:g} Gb/s{both}, XDR 4x, the "
-                                           "fastest InfiniBand port there is")
+                                           "fastest InfiniBand port there is", fallback=True)
 
 
 def internode_busbw_bound(port_rates_gbits: Iterable[Optional[float]]) -> Peak:
@@ -274,7 +277,7 @@ def internode_busbw_bound(port_rates_gbits: Iterable[Optional[float]]) -> Peak:
     rates = list(port_rates_gbits)
     if not rates:
         bound = unknown_links_bound()
-        return Peak(bound.gbps, f"no RDMA port on this node: {bound.source}")
+        return Peak(bound.gbps, f"no RDMA port on this node: {bound.source}", fallback=True)
     known = [r for r in rates if r and r > 0]
     total_gbits = sum(known) + FASTEST_IB_GBITS * (len(rates) - len(known))
     rate = 2 * total_gbits / 8

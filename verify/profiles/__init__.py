@@ -223,17 +223,18 @@ def bench_setting(name: str, profile: Optional[dict], default: Any) -> Any:
 
 
 def main(args) -> int:
-    """`tunefleet profiles`: one line per shipped profile."""
+    """`tunefleet profiles`: one row per shipped profile, in columns of the width their widest cell needs."""
+    rows = [("PROFILE", "GPUS", "NVLS", "ALL-REDUCE BUSBW FLOOR", "DESCRIPTION")]
     for name in list_profiles():
         try:
             profile = load_profile(name)
         except ProfileError as exc:
-            print(f"{name}: INVALID: {exc}")
+            rows.append((name, "-", "-", "INVALID", str(exc)))
             continue
         busbw = (profile["thresholds"].get("nccl_allreduce_busbw_gbps") or {}).get("min")
-        floor = f"all-reduce busbw >= {busbw:g} GB/s" if busbw is not None else "all-reduce busbw derived"
-        print(
-            f"{name:24} {profile['gpu_count']} GPUs  NVLS {'on' if profile['nvls_expected'] else 'off'}  "
-            f"{floor}  {profile['description']}"
-        )
+        rows.append((name, str(profile["gpu_count"]), "on" if profile["nvls_expected"] else "off",
+                     f">= {busbw:g} GB/s" if busbw is not None else "derived", str(profile["description"])))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1])
     return 0

@@ -9,7 +9,9 @@ import os
 import secrets
 from typing import Optional
 
+from verify.engine import schema_problems
 from verify.judging import verdicts
+from verify.report.schemas import RESULT_SCHEMA
 from verify.result import CheckResult, Status, counts, exit_code, sort_for_people
 from verify.safe_io import PRIVATE_DIR, PRIVATE_FILE, SHARED_FILE, UnsafePathError, open_trusted_dir, write_in_dir
 
@@ -62,7 +64,7 @@ def build_report(spec: dict, facts: dict, results: list, run: dict) -> dict:
         "run": run,
         "profile": (spec.get("verify") or {}).get("profile"),
         "summary": {"counts": counts(results), "exit_code": exit_code(results), "total": len(results),
-                    "action": run_action(results)},
+                    "action": run_action(results), "recorded": sum(1 for r in results if is_recorded(r))},
         "facts": facts,
         "desired_state": spec,
         "results": [r.to_dict() for r in results],
@@ -70,14 +72,10 @@ def build_report(spec: dict, facts: dict, results: list, run: dict) -> dict:
 
 
 def results_of(report: dict) -> list:
-    """The report's results; a saved report's damaged entry is left out (the fleet report names it)."""
-    out = []
-    for item in report.get("results") if isinstance(report.get("results"), list) else []:
-        try:
-            out.append(CheckResult.from_dict(item))
-        except (KeyError, ValueError, TypeError, AttributeError):
-            continue
-    return out
+    """The report's results; a saved report's entry that differs from RESULT_SCHEMA is left out (the fleet
+    report names it: verify.fleet.model checks the same schema)."""
+    items = report.get("results") if isinstance(report.get("results"), list) else []
+    return [CheckResult.from_dict(item) for item in items if not schema_problems(item, RESULT_SCHEMA)]
 
 
 # Facts and run records may be absent or of the wrong type (a fact that could not be read, an older or
@@ -137,13 +135,46 @@ def action_note(report: dict) -> str:
     return "" if action == verdicts.OK else f"action: {action}"
 
 
+# A figure no floor judges (verify.bench.common.recorded_only) has no verdict. Its status stays PASS in the
+# data, so exit codes, the history, the fleet baseline and outliers treat it as "nothing to act on" without
+# a sixth status rippling through every consumer and the schema; every format people read shows it as
+# RECORDED and counts it apart from PASS (summary.recorded in the JSON).
+RECORDED = "RECORDED"
+
+
+def is_recorded(result: CheckResult) -> bool:
+    """A PASS that is no verdict: flagged by recorded_only, or (older reports, and producers that write
+    the words themselves) a PASS with no expected value whose reason says "recorded only"."""
+    if result.status is not Status.PASS:
+        return False
+    details = result.details if isinstance(result.details, dict) else {}
+    return details.get("recorded_only") is True or (result.expected is None and "recorded only" in result.reason)
+
+
+def status_label(result: CheckResult) -> str:
+    """The status as people read it: RECORDED for a figure with no floor, else the status."""
+    return RECORDED if is_recorded(result) else result.status.value
+
+
 def action_label(result: CheckResult) -> str:
     """"FAIL [reboot]": a result's status with the action class it carries; PASS (and a result with no
-    class) is the status alone."""
+    class) is the status alone, RECORDED for a figure no floor judges."""
     action = verdicts.action_of(result.details)
     if result.status is Status.PASS or not action:
-        return result.status.value
+        return status_label(result)
     return f"{result.status.value} [{action}]"
+
+
+def people_counts(report: dict) -> dict:
+    """summary_of's counts as the human-facing formats show them: RECORDED apart from PASS."""
+    tally, _ = summary_of(report)
+    recorded = sum(1 for r in results_of(report) if is_recorded(r))
+    shown = {}
+    for status, count in tally.items():
+        shown[status] = max(count - recorded, 0) if status == Status.PASS.value else count
+        if status == Status.PASS.value:
+            shown[RECORDED] = recorded
+    return shown
 
 
 def host_of(report: dict) -> str:

@@ -14,7 +14,7 @@ from html import escape
 from typing import Optional
 
 from verify.bounded_load import finite_number
-from verify.report import action_label, results_of, section
+from verify.report import action_label, results_of, section, status_label
 from verify.report.plots import si
 from verify.result import CheckResult, sort_for_people
 
@@ -23,7 +23,8 @@ FLEET_ROLE = "fleet"
 # The figure's unit as the benchmark wrote it in its expected or reason text ("300 GB/s", "12.5 TFLOPS").
 _UNIT = re.compile(r"\d\s*(GB/s|Gb/s|TB/s|TFLOPS|us|ms)\b")
 BAR_WIDTH, BAR_HEIGHT = 240, 18
-COLOURS = {"PASS": "#067647", "WARN": "#b54708", "FAIL": "#b42318", "ERROR": "#7a2e98", "SKIP": "#98a2b3"}
+COLOURS = {"PASS": "#067647", "WARN": "#b54708", "FAIL": "#b42318", "ERROR": "#7a2e98", "SKIP": "#98a2b3",
+           "RECORDED": "#175cd3"}
 
 
 @dataclass
@@ -31,7 +32,7 @@ class BenchRow:
     """One benchmark figure as the table shows it; None where the report does not say."""
 
     check_id: str
-    status: str
+    status: str  # PASS, WARN, FAIL, SKIP, ERROR or RECORDED (a figure no floor judges)
     verdict: str  # "FAIL [reboot]" for a result with an action class, else the status
     value: Optional[float]
     unit: str
@@ -78,9 +79,12 @@ def row_of(result: CheckResult) -> BenchRow:
     value = finite_number(result.observed)
     value = value if value is not None else finite_number(details.get("value"))
     # The peak the figure is shown against: what its algorithm can reach on that node where the benchmark
-    # says (the all-reduce's reachable_peak), else the link's physical peak.
+    # says (the all-reduce's reachable_peak), else the link's physical peak. A fallback bound
+    # (verify.judging.peaks: the link could not be read) judged the figure but is not this node's peak: no
+    # "% of peak" of it, and the table says bound, not peak.
     peak_record = section(details, "reachable_peak") or section(details, "physical_peak")
-    peak = finite_number(peak_record.get("gbps"))
+    fallback = peak_record.get("fallback") is True
+    peak = None if fallback else finite_number(peak_record.get("gbps"))
     threshold = section(details, "threshold")
     limit = finite_number(threshold.get("limit"))
     kind = threshold.get("kind") if threshold.get("kind") in ("min", "max") else "min"
@@ -90,8 +94,10 @@ def row_of(result: CheckResult) -> BenchRow:
     elif limit is not None and limit <= 1e-6:
         limit = None  # "no floor": only the physical bounds judged this figure
     unit = str(details.get("unit") or "") or _unit_in(result.expected) or _unit_in(result.reason)
-    return BenchRow(result.check_id, result.status.value, action_label(result), value, unit, limit, kind,
-                    peak, str(peak_record.get("source") or ""), result.reason)
+    source = str(peak_record.get("source") or "")
+    return BenchRow(result.check_id, status_label(result), action_label(result), value, unit, limit, kind,
+                    peak, f"not this node's peak (its link could not be read): {source}" if fallback else source,
+                    result.reason)
 
 
 def bar_svg(row: BenchRow) -> str:

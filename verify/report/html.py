@@ -18,7 +18,9 @@ from verify.report import (
     host_of,
     listed,
     one_line,
+    people_counts,
     section,
+    status_label,
     summary_of,
 )
 from verify.report.bench_phase import lines as bench_lines
@@ -54,7 +56,7 @@ def node_view(report: dict) -> dict:
         "profile": fact_text(report, "profile", default="none"),
         "exit_code": code,
         "action": action_note(report),
-        "counts": counts,
+        "counts": people_counts(report),
         "os_name": fact_text(facts, "os", "pretty_name", default="unknown OS"),
         "kernel": fact_text(facts, "kernel"),
         "cpu": f"{fact_text(cpu, 'model')} ({fact_text(cpu, 'cpus_online')} CPUs, "
@@ -94,12 +96,33 @@ def render(report: dict) -> str:
     env = template_environment(directory, autoescape=True, undefined=jinja2.StrictUndefined)
     env.filters["one_line"] = one_line
     env.filters["action_label"] = action_label
+    env.filters["status_label"] = status_label
     results = for_people(report)
     # The page's order: what was measured, then the health and config findings, then trends and every row.
     findings = [r for r in results if not bench_table.is_benchmark(r) and r.status not in (Status.PASS, Status.SKIP)]
-    return env.get_template(TEMPLATE).render(node=node_view(report), results=results, findings=findings,
+    shown = set(map(id, findings))
+    return env.get_template(TEMPLATE).render(node=node_view(report), rows=result_rows(
+                                                 [r for r in results if id(r) not in shown]), findings=findings,
                                              bench_rows=bench_rows(report), bench_lines=bench_lines(report),
                                              history_plots=report_trends(report))
+
+
+def result_rows(results: list) -> list:
+    """The "every other result" table: each result not already listed as a finding, in order, with SKIPs
+    that give the same reason folded into one row ([(result, [check ids it stands for])]): "no GPU on this
+    node" said once for the fifteen checks it skipped."""
+    rows: list = []
+    skips: dict = {}
+    for r in results:
+        if r.status is Status.SKIP and r.reason:
+            if r.reason in skips:
+                skips[r.reason][1].append(r.check_id)
+                continue
+            skips[r.reason] = (r, [r.check_id])
+            rows.append(skips[r.reason])
+        else:
+            rows.append((r, [r.check_id]))
+    return rows
 
 
 def bench_rows(report: dict) -> list:

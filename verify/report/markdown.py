@@ -1,7 +1,17 @@
 """The node report as Markdown: summary, then one table, failures first."""
 from __future__ import annotations
 
-from verify.report import action_label, action_note, fact_text, for_people, host_of, one_line, section, summary_of
+from verify.report import (
+    action_label,
+    action_note,
+    fact_text,
+    for_people,
+    host_of,
+    one_line,
+    people_counts,
+    section,
+    summary_of,
+)
 from verify.report.bench_phase import lines as bench_lines
 from verify.report.bench_table import markdown_lines as bench_table
 
@@ -22,7 +32,7 @@ def render(report: dict) -> str:
         f"kernel {fact_text(facts, 'kernel')} · profile {fact_text(report, 'profile', default='none')} · "
         f"exit code {code}" + (f" · **{action_note(report)}**" if action_note(report) else ""),
         "",
-        " · ".join(f"**{status}** {count}" for status, count in counts.items()),
+        " · ".join(f"**{status}** {count}" for status, count in people_counts(report).items()),
         "",
         *(f"- {_cell(line)}" for line in bench_lines(report)),
         "",

@@ -10,7 +10,8 @@ from __future__ import annotations
 from html import escape
 from typing import Iterable, Optional
 
-from verify.bounded_load import finite_number
+from verify.engine import ListOf, Maybe, schema_problems
+from verify.report.schemas import FIGURE_OR_NULL, FiniteNumber, filled, split_problem
 
 CELL = 12
 MAX_HOSTS_DRAWN = 256  # a bigger fleet's matrix is unreadable as cells: the blame list says what matters
@@ -100,83 +101,58 @@ def evidence_text(outcome: dict) -> str:
             f"{outcome.get('status')}, {measured}")
 
 
-def _number_or_none(value) -> bool:
-    return value is None or finite_number(value) is not None
+# ---- what a pairs section read back from a file must hold (nccl-pairs/summary.json "pairs") ----------
+# Declarative, as verify.engine checks an engine's payload: a cell or blame entry that differs is left
+# out and named, so the writers above meet only these shapes (every key present, numbers finite).
+# pairs_section and Outcome.to_dict write every figure's key, null when nothing was measured: a key
+# missing is damage (FIGURE_OR_NULL), where Maybe would let it pass as "not measured".
+RAIL_SCHEMA = {"status": str, "busbw_gbps": FIGURE_OR_NULL, "floor_gbps": FIGURE_OR_NULL,
+               "fraction": FIGURE_OR_NULL, "round": Maybe(FiniteNumber)}
+CELL_SCHEMA = {"a": str, "b": str, "status": str, "worst_fraction": FIGURE_OR_NULL, "rails": dict}
+OUTCOME_SCHEMA = {"a": str, "b": str, "rail": str, "status": str, "round": Maybe(FiniteNumber),
+                  "busbw_gbps": FIGURE_OR_NULL, "floor_gbps": FIGURE_OR_NULL, "reason": Maybe(str)}
+BLAME_SCHEMA = {"kind": str, "status": str, "reason": str, "hosts": ListOf(str, may_be_empty=True),
+                "rails": ListOf(str, may_be_empty=True), "remediation": Maybe(str),
+                "evidence": Maybe(ListOf(OUTCOME_SCHEMA, may_be_empty=True))}
+SECTION_SCHEMA = {"hosts": ListOf(str, may_be_empty=True), "cells": list, "blame": list}
 
 
-_TEXT_OR_NONE = (str, type(None))
+def _checked_cell(cell, where: str) -> tuple:
+    problems = schema_problems(cell, CELL_SCHEMA, where)
+    if problems:
+        return None, problems
+    rails = {}
+    for rail, entry in cell["rails"].items():
+        problems += schema_problems(entry, RAIL_SCHEMA, f"{where}.rails.{rail}")
+        rails[str(rail)] = filled(entry, RAIL_SCHEMA) if isinstance(entry, dict) else None
+    return (None if problems else dict(filled(cell, CELL_SCHEMA), rails=rails)), problems
 
 
-def _bad_rail(entry) -> str:
-    if not isinstance(entry, dict):
-        return "is not an object"
-    if not isinstance(entry.get("status"), str):
-        return "has no status text"
-    wrong = next((k for k in ("busbw_gbps", "floor_gbps", "fraction") if not _number_or_none(entry.get(k))), None)
-    return f"{wrong} is not a finite number" if wrong else ""
-
-
-def _bad_cell(cell) -> tuple:
-    """(field, message) of the first thing heat_map_svg could not draw in one cell, ("", "") when none."""
-    if not isinstance(cell, dict):
-        return "", "is not an object"
-    for key in ("a", "b", "status"):
-        if not isinstance(cell.get(key), str):
-            return key, "is not text"
-    if not _number_or_none(cell.get("worst_fraction")):
-        return "worst_fraction", "is not a finite number"
-    rails = cell.get("rails")
-    if not isinstance(rails, dict):
-        return "rails", "is not an object"
-    for rail, entry in rails.items():
-        problem = _bad_rail(entry)
-        if problem:
-            return f"rails.{rail}", problem
-    return "", ""
-
-
-def _bad_blame(entry) -> tuple:
-    if not isinstance(entry, dict):
-        return "", "is not an object"
-    for key in ("kind", "status", "reason"):
-        if not isinstance(entry.get(key), str):
-            return key, "is not text"
-    for key in ("hosts", "rails"):
-        if not isinstance(entry.get(key), list) or not all(isinstance(v, str) for v in entry[key]):
-            return key, "is not a list of names"
-    if not isinstance(entry.get("remediation", ""), _TEXT_OR_NONE):
-        return "remediation", "is not text"
-    evidence = entry.get("evidence", [])
-    if not isinstance(evidence, list):
-        return "evidence", "is not a list"
-    for index, outcome in enumerate(evidence):
-        figures = (outcome.get("busbw_gbps"), outcome.get("floor_gbps")) if isinstance(outcome, dict) else ("?",)
-        if not all(_number_or_none(v) for v in figures):
-            return f"evidence[{index}]", "is not an outcome with finite figures"
-    return "", ""
+def _checked_blame(entry, where: str) -> tuple:
+    problems = schema_problems(entry, BLAME_SCHEMA, where)
+    if problems:
+        return None, problems
+    evidence = [filled(o, OUTCOME_SCHEMA) for o in entry.get("evidence") or []]
+    return dict(filled(entry, BLAME_SCHEMA), remediation=entry.get("remediation") or "", evidence=evidence), []
 
 
 def checked_section(data) -> tuple:
     """(the pairs section, [(field, message)]) from a pairs section read back from a file (the run's
-    nccl-pairs/summary.json "pairs"): cells and blame entries this module could not draw are left out,
-    each named; (None, [("", why)]) when it is no pairs section at all."""
-    if not isinstance(data, dict) or not isinstance(data.get("cells"), list) or not isinstance(data.get("blame"), list):
-        return None, [("", "no 'cells' and 'blame' lists")]
-    hosts = data.get("hosts")
-    if not isinstance(hosts, list) or not all(isinstance(h, str) for h in hosts):
-        return None, [("hosts", "is not a list of host names")]
-    problems: list = []
+    nccl-pairs/summary.json "pairs"): cells and blame entries that differ from their schema are left out,
+    each problem named; (None, [("", why)]) when it is no pairs section at all."""
+    problems = schema_problems(data, SECTION_SCHEMA, "")
+    if problems:
+        return None, [("", "; ".join(problems[:3]))]
+    found: list = []
     cells, blame = [], []
     for index, cell in enumerate(data["cells"]):
-        field, message = _bad_cell(cell)
-        if message:
-            problems.append((f"cells[{index}]" + (f".{field}" if field else ""), message))
-        else:
-            cells.append(cell)
+        kept, wrong = _checked_cell(cell, f"cells[{index}]")
+        found += wrong
+        if kept is not None:
+            cells.append(kept)
     for index, entry in enumerate(data["blame"]):
-        field, message = _bad_blame(entry)
-        if message:
-            problems.append((f"blame[{index}]" + (f".{field}" if field else ""), message))
-        else:
-            blame.append(entry)
-    return {"hosts": list(hosts), "cells": cells, "blame": blame}, problems
+        kept, wrong = _checked_blame(entry, f"blame[{index}]")
+        found += wrong
+        if kept is not None:
+            blame.append(kept)
+    return {"hosts": list(data["hosts"]), "cells": cells, "blame": blame}, [split_problem(p) for p in found]

@@ -156,6 +156,8 @@ def _bench_figures(result: CheckResult, families: _Families, gpus: _Gpus) -> Non
             families.add(f"tunefleet_{stem}_floor_{base}", f"The floor the {stem} figure is judged against.",
                          labels, floor * factor)
     peak = result.details.get("physical_peak")
+    if isinstance(peak, dict) and peak.get("fallback") is True:
+        return  # the fastest link there is, used because this node's could not be read: not its peak
     peak = _number(peak.get("gbps", peak.get("value"))) if isinstance(peak, dict) else _number(peak)
     if peak is not None:
         families.add(f"tunefleet_{stem}_peak_{base}", f"The physical peak of the {stem} figure.", labels, peak * factor)

@@ -22,6 +22,8 @@ MEASUREMENT_ROLES = frozenset({"bench", "fleet"})
 # drives MAD to ~0, and a 1 % wobble must not be flagged.
 MIN_RELATIVE_GAP = 0.05
 MIN_FLEET_SIZE = 3
+# A host's figure this many times the figure's run-to-run noise below the fleet median is no wobble.
+NOISE_MULTIPLE = 3.0
 # 1.2533 = sqrt(pi/2): mean absolute deviation scaled to match MAD for normal data, used when
 # more than half the fleet reports the identical value (MAD = 0).
 MEAN_AD_SCALE = 1.2533
@@ -141,6 +143,70 @@ def numeric_observation(result) -> Optional[float]:
     except OverflowError:  # an integer too big for a float: not a measurement to compare
         return None
     return number if math.isfinite(number) else None  # NaN/inf in a saved report: not comparable
+
+
+def readings(result) -> list:
+    """This host's repeated readings of one figure, as finite floats: each try of a benchmark that was
+    retried (details.tries[].observed, the figure itself) or, for a figure in GB/s (or of no stated unit),
+    each run of an engine that repeats its measurement (details.runs[].gbps). Fewer than two: measured once."""
+    details = result.details if isinstance(result.details, dict) else {}
+    tries = [_finite(t.get("observed")) for t in _dicts(details.get("tries"))]
+    if len(tries) >= 2 and None not in tries:
+        return tries
+    if _unit(result).lower() in ("", "gb/s", "gbps"):  # the storage engines give no unit: theirs is GB/s
+        runs = [_finite(r.get("gbps")) for r in _dicts(details.get("runs"))]
+        if len(runs) >= 2 and None not in runs:
+            return runs
+    return []
+
+
+def relative_noise(values: list) -> Optional[float]:
+    """Run-to-run noise of repeated readings: (max - min) / median; None under two readings."""
+    if len(values) < 2:
+        return None
+    centre = median(values)
+    return (max(values) - min(values)) / centre if centre > 0 else None
+
+
+def metric_noise(per_host: dict) -> Optional[float]:
+    """A figure's run-to-run noise on this fleet: the median over the hosts that measured it more than
+    once of each one's relative noise; None when no host did (one reading each says nothing of noise)."""
+    noises = [n for n in (relative_noise(v) for v in per_host.values()) if n is not None]
+    return median(noises) if noises else None
+
+
+def confirm_low(outlier: Outlier, own: list, noise: Optional[float], fail_ratio: float) -> tuple:
+    """(confirmed, why) for an outlier below the fail ratio of the fleet median: a FAIL takes a
+    re-measurement on the host that stays below it, or a gap beyond NOISE_MULTIPLE times the figure's
+    measured run-to-run noise; one unconfirmed reading is a WARN."""
+    unit = f" {outlier.unit}" if outlier.unit else ""
+    if len(own) >= 2:
+        best = max(own)
+        if outlier.fleet_median and best / outlier.fleet_median < fail_ratio:
+            return True, f"confirmed: {len(own)} readings on this host, the best {best:g}{unit}"
+        return False, f"not confirmed: a re-measurement on this host reached {best:g}{unit}"
+    gap = 1 - outlier.relative
+    if noise is not None and gap > NOISE_MULTIPLE * noise:
+        return True, (f"confirmed: {gap:.0%} below the median, beyond {NOISE_MULTIPLE:g}x the figure's "
+                      f"run-to-run noise of {noise:.1%}")
+    if noise is not None:
+        return False, (f"not confirmed: {gap:.0%} below the median is within {NOISE_MULTIPLE:g}x the figure's "
+                       f"run-to-run noise of {noise:.1%}")
+    return False, "not confirmed: one reading and no measured run-to-run noise; re-run the benchmark on this host"
+
+
+def _finite(value) -> Optional[float]:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _dicts(value) -> list:
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
 
 
 def fleet_outliers(metrics: dict) -> list:
