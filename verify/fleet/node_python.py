@@ -3,8 +3,9 @@ operator would find it, trust-checked as root imports are (issue 40 item 6).
 
 `python3 -I -c BOOTSTRAP WORKDIR EXTRA verify.fleet.node_python [--wanted PATH] --out FILE` (roles/verify_node/
 tasks/find_python.yml) tries, in order: the inventory's `verify_node_python` when set (then that one alone),
-else `python3` on root's login PATH (root's login shell asked `command -v python3`, on the node) and then
-/usr/bin/python3. Each candidate must pass, before it runs:
+else `python3` on root's login PATH (root's login shell asked `command -v python3`, on the node), then the
+interpreter Ansible runs this module with on the node (ansible_python_interpreter, or the controller's python3 on
+PATH with a connection local), then /usr/bin/python3. Each candidate must pass, before it runs:
 - the interpreter file and every directory above it, through each link (a venv's python is a link to the
   base interpreter; the link is followed only when root owns it): verify.safe_io.check_file_trusted;
 - a venv's own directories (the one holding pyvenv.cfg, pyvenv.cfg itself, each site-packages);
@@ -127,16 +128,21 @@ def count_gpus(dev: str = "/dev") -> int:
         if os.path.isdir(dev) else 0
 
 
-def find(wanted: str, extra: Sequence[str], runner=run_command, dev: str = "/dev") -> dict:
+def find(wanted: str, extra: Sequence[str], runner=run_command, dev: str = "/dev",
+         ansibles: Optional[str] = sys.executable) -> dict:
     """The search's answer: {"used": the interpreter that imports torch or None, "fallback": the one the node
-    run uses (used, else the first trusted candidate that ran), "tried": [...], "gpus": N, "how": "..."}."""
+    run uses (used, else the first trusted candidate that ran), "tried": [...], "gpus": N, "how": "..."}.
+    `ansibles`: the interpreter Ansible runs this search with on the node (this process's)."""
     tried: list = []
     if wanted:
         candidates, how = [wanted], "verify_node_python"
     else:
         login, why = login_python(runner)
-        candidates = [c for c in (login, SYSTEM_PYTHON) if c]
-        how = "python3 on root's login PATH, then " + SYSTEM_PYTHON
+        # The interpreter Ansible itself runs on the node (its discovered or configured python: with a
+        # connection local, the controller's python3 on PATH) is the one an operator chose for the node too.
+        ansibles = ansibles if ansibles and os.path.isabs(ansibles) else None
+        candidates = list(dict.fromkeys(c for c in (login, ansibles, SYSTEM_PYTHON) if c))
+        how = "python3 on root's login PATH, then the interpreter Ansible runs on the node, then " + SYSTEM_PYTHON
         if why:
             tried.append({"python": "python3", "resolved": "", "outcome": "missing", "detail": why})
     used = None
