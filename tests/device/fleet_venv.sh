@@ -17,11 +17,11 @@ run_play() {
   start=$(date +%s.%N)
   mkdir -p "$work/$name"
   python3 "$site/bin/ansible-playbook" -i inventory/local playbooks/verify.yml -e "verify_node_report_dir=$work/$name" \
-    -e verify_node_run_id=run "$@" >"$work/$name.log" 2>&1 || rc=$?
+    "$@" >"$work/$name.log" 2>&1 || rc=$?
   end=$(date +%s.%N)
   note "== $name: ansible-playbook exit $rc, $(awk -v a="$start" -v b="$end" 'BEGIN{printf "%.1f", b-a}') s"
   tail -5 "$work/$name.log" | tee -a "$summary"
-  report=$(ls "$work/$name"/run/*/report.json 2>/dev/null | head -1) || true
+  report=$(ls "$work/$name"/*/*/report.json 2>/dev/null | head -1) || true
   if [ -n "$report" ]; then
     $py - "$report" <<'PY' | tee -a "$summary"
 import json, sys
