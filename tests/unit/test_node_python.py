@@ -64,7 +64,7 @@ def test_python3_on_roots_login_path_comes_before_usr_bin_python3(venvs):
 def test_the_interpreter_ansible_runs_on_the_node_is_tried_after_the_login_path(venvs):
     # The 4x H200 node: root's login PATH has /usr/bin/python3 (no torch); python3 on PATH, the one Ansible ran
     # with (connection local), is a venv's interpreter holding torch.
-    search = find("", [], runner=login_path_is(str(venvs["none"])), ansibles=str(venvs["torch"]))
+    search = find("", [], runner=login_path_is(str(venvs["none"])), ansibles=str(venvs["torch"]), path="")
     assert search["used"] == str(venvs["torch"])
     assert [t["python"] for t in search["tried"]] == [str(venvs["none"]), str(venvs["torch"])]
 
@@ -72,7 +72,8 @@ def test_the_interpreter_ansible_runs_on_the_node_is_tried_after_the_login_path(
 def test_none_imports_torch_names_every_interpreter_tried(venvs, tmp_path):
     (tmp_path / "nvidia0").touch()
     (tmp_path / "nvidia1").touch()
-    search = find("", [], runner=login_path_is(str(venvs["none"])), dev=str(tmp_path), ansibles=str(venvs["none"]))
+    search = find("", [], runner=login_path_is(str(venvs["none"])), dev=str(tmp_path), ansibles=str(venvs["none"]),
+                  path="")
     assert search["used"] is None and search["gpus"] == 2
     assert [t["python"] for t in search["tried"]] == [str(venvs["none"]), SYSTEM_PYTHON]
     assert search["fallback"] == str(venvs["none"])  # the stdlib-only checks still run

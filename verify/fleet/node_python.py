@@ -22,6 +22,7 @@ import glob
 import json
 import os
 import pwd
+import shutil
 import sys
 from typing import Optional, Sequence
 
@@ -129,7 +130,7 @@ def count_gpus(dev: str = "/dev") -> int:
 
 
 def find(wanted: str, extra: Sequence[str], runner=run_command, dev: str = "/dev",
-         ansibles: Optional[str] = sys.executable) -> dict:
+         ansibles: Optional[str] = sys.executable, path: Optional[str] = os.environ.get("PATH")) -> dict:
     """The search's answer: {"used": the interpreter that imports torch or None, "fallback": the one the node
     run uses (used, else the first trusted candidate that ran), "tried": [...], "gpus": N, "how": "..."}.
     `ansibles`: the interpreter Ansible runs this search with on the node (this process's)."""
@@ -141,8 +142,12 @@ def find(wanted: str, extra: Sequence[str], runner=run_command, dev: str = "/dev
         # The interpreter Ansible itself runs on the node (its discovered or configured python: with a
         # connection local, the controller's python3 on PATH) is the one an operator chose for the node too.
         ansibles = ansibles if ansibles and os.path.isabs(ansibles) else None
-        candidates = list(dict.fromkeys(c for c in (login, ansibles, SYSTEM_PYTHON) if c))
-        how = "python3 on root's login PATH, then the interpreter Ansible runs on the node, then " + SYSTEM_PYTHON
+        # python3 on the PATH Ansible's tasks get on the node (connection local: the operator's own PATH, where a
+        # venv holding torch comes first on many GPU nodes); trust-checked like every candidate before it runs.
+        on_path = shutil.which("python3", path=path) if path else None
+        candidates = list(dict.fromkeys(c for c in (login, on_path, ansibles, SYSTEM_PYTHON) if c))
+        how = ("python3 on root's login PATH, then on the task's PATH, then the interpreter Ansible runs on the "
+               "node, then " + SYSTEM_PYTHON)
         if why:
             tried.append({"python": "python3", "resolved": "", "outcome": "missing", "detail": why})
     used = None
