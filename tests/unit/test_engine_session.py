@@ -352,3 +352,13 @@ def test_the_in_process_all_reduce_names_its_transport_and_the_p2p_off_line_is_i
     causes.explain([row], Node(root=str(tmp_path)), environment={"HOME": "/root"})
     assert "because NCCL_P2P_DISABLE=1 (/etc/nccl.conf line 2)" in row.reason and "NCCL used SHM" in \
         row.details["cause"]["evidence"]
+
+
+def test_the_4x_h200s_own_p2p_matrix_with_its_underlined_header_reads_every_pair_ok():
+    from verify.facts import peer_access
+
+    captured = (NODE / "peer_access" / "h200x4-topo-p2p-r.stdout").read_text()
+    assert "\x1b[4m" in captured  # nvidia-smi underlines the header even into a pipe
+    statuses = peer_access.parse_p2p_matrix(captured)
+    assert len(statuses) == 12 and set(statuses.values()) == {0}  # nvmlGpuP2PStatus_t OK
+    assert len(peer_access.parse_topo_gpu_links(TOPO_M)) == 12

@@ -111,10 +111,19 @@ def _tail(text: str, limit: int = 2000) -> str:
     return text if len(text) <= limit else "...\n" + text[-limit:]
 
 
+_SGR = re.compile(r"\x1b\[[0-9;]{0,16}m")
+
+
+def plain(text: str) -> str:
+    """nvidia-smi's topology tables without their terminal escapes: it underlines the header row
+    (ESC[4m ... ESC[0m) even into a pipe (the 4x H200 capture of `topo -p2p r`, `topo -m` on the 2x H200)."""
+    return _SGR.sub("", text)
+
+
 def parse_p2p_matrix(text: str) -> dict:
     """`nvidia-smi topo -p2p r|w|n` -> {(gpu, gpu): nvmlGpuP2PStatus_t} for every ordered pair. Raises
     P2pParseError naming the line for a cell that is none of the Legend's."""
-    lines = text.splitlines()
+    lines = plain(text).splitlines()
     header_at = next((i for i, line in enumerate(lines)
                       if line.split() and all(_GPU.match(word) for word in line.split())), None)
     if header_at is None:
@@ -198,7 +207,7 @@ def _cell(text: str, where: str) -> str:
 def parse_topo_gpu_links(text: str) -> dict:
     """`nvidia-smi topo -m` -> {(gpu, gpu): "NV18" | "PIX" | ... | "SYS"} for every ordered pair of GPUs (the
     GPU columns come first in its header). Raises TopoParseError naming the line."""
-    lines = text.replace("\x1b[4m", "").replace("\x1b[0m", "").splitlines()
+    lines = plain(text).splitlines()
     header_at = next((i for i, line in enumerate(lines) if re.match(r"^[ \t]+GPU0\b", line)), None)
     if header_at is None:
         raise TopoParseError(f"no header line with GPU0 in {text.strip()[:80]!r}")
