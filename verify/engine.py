@@ -6,9 +6,10 @@ verify process: `engine_argv` runs the module with the same interpreter under `-
 it the allow-listed environment, and the node's runner kills its whole process group when it hangs,
 keeping what it printed. The engine prints `RESULT_MARKER` + JSON (`emit_result`) or exits `CANNOT_RUN`
 when the node cannot run it (no torch, no GPU: a SKIP, never an ERROR); the caller finds the line with
-`read_result` and checks it against the engine's PAYLOAD_SCHEMA (`checked_payload`) before reading a
-field. Benchmarks (verify.bench) and facts (verify.facts.peer_access) both run engines, so this lives
-in the runner layer, below both.
+`read_result` and checks it against the engine's PAYLOAD_SCHEMA (verify.payload_schema.checked_payload)
+before reading a field. Engine-side helpers live here too (cuda_torch, torch_bus_id, restrict_visible: what
+an engine does before and after torch starts). The benchmarks run engines, so this lives in the runner
+layer, below them; the scheduler's hooks never import it (they start no engine).
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -92,97 +92,6 @@ def read_result(stdout: str) -> Optional[Any]:
             except (ValueError, RecursionError):  # JSONDecodeError is a ValueError; deep nesting recurses
                 found = None
     return found
-
-
-# ---- engine payload schemas ---------------------------------------------------------------------
-# The one check at the boundary where an engine's JSON enters verify: each engine module declares
-# PAYLOAD_SCHEMA, a dict of field -> what it holds: a type or a tuple of types (NUMBER is int or
-# float, never bool), a nested schema (a dict), ListOf(item) for a list of items, Maybe(spec) for a
-# field that may be absent or null. Judges then read fields without meeting KeyError or TypeError.
-NUMBER = (int, float)
-
-
-@dataclass(frozen=True)
-class ListOf:
-    item: Any
-    may_be_empty: bool = False
-
-
-@dataclass(frozen=True)
-class Maybe:
-    spec: Any
-
-
-def _kind(value: Any) -> str:
-    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}.get(
-        type(value), f"a {type(value).__name__}")
-
-
-def _join(where: str, name: str) -> str:
-    return f"{where}.{name}" if where else name
-
-
-def schema_problems(value: Any, spec: Any, where: str = "") -> list:
-    """Every way `value` differs from `spec`, each naming the field: ["rows[2].busbw_gbps: missing"]."""
-    here = where or "the payload"
-    if isinstance(spec, Maybe):
-        return [] if value is None else schema_problems(value, spec.spec, where)
-    if isinstance(spec, dict):
-        if not isinstance(value, dict):
-            return [f"{here}: expected an object, got {_kind(value)}"]
-        found = []
-        for name, inner in spec.items():
-            if name in value:
-                found += schema_problems(value[name], inner, _join(where, name))
-            elif not isinstance(inner, Maybe):
-                found.append(f"{_join(where, name)}: missing")
-        return found
-    if isinstance(spec, ListOf):
-        if not isinstance(value, list):
-            return [f"{here}: expected a list, got {_kind(value)}"]
-        if not value and not spec.may_be_empty:
-            return [f"{here}: empty list"]
-        found = []
-        for index, item in enumerate(value):
-            found += schema_problems(item, spec.item, f"{where}[{index}]")
-        return found
-    types = spec if isinstance(spec, tuple) else (spec,)
-    if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
-        return [f"{here}: expected {' or '.join(t.__name__ for t in types)}, got {_kind(value)}"]
-    return []
-
-
-def checked_payload(payload: Any, schema: dict) -> tuple:
-    """(payload fit to judge or None, problems) at the boundary where an engine's result enters.
-
-    A list of objects at the top level (rows, gpus) keeps its well-formed items, so they are still
-    judged: only the malformed ones are dropped, each named in the problems. Any other field that
-    is missing or of the wrong type leaves nothing safe to judge (None).
-    """
-    if not isinstance(payload, dict):
-        return None, schema_problems(payload, schema)
-    kept, problems, fatal = dict(payload), [], False
-    for name, spec in schema.items():
-        rows = spec.spec if isinstance(spec, Maybe) and isinstance(payload.get(name), list) else spec
-        if isinstance(rows, ListOf) and isinstance(rows.item, dict) and isinstance(payload.get(name), list):
-            good = []
-            for index, item in enumerate(payload[name]):
-                wrong = schema_problems(item, rows.item, f"{name}[{index}]")
-                problems += wrong
-                if not wrong:
-                    good.append(item)
-            kept[name] = good
-            if not payload[name] and not rows.may_be_empty:
-                problems.append(f"{name}: empty list")
-                fatal = True
-            elif not good and payload[name]:
-                fatal = True
-            continue
-        wrong = schema_problems(payload.get(name), spec, name) if name in payload else (
-            [] if isinstance(spec, Maybe) else [f"{name}: missing"])
-        problems += wrong
-        fatal = fatal or bool(wrong)
-    return (None if fatal else kept), problems
 
 
 def cuda_torch():

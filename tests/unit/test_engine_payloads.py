@@ -1,4 +1,4 @@
-"""Engine payloads are checked where they enter verify (issue 27 item 2, verify.engine.checked_payload):
+"""Engine payloads are checked where they enter verify (issue 27 item 2, verify.payload_schema.checked_payload):
 a malformed payload is one ERROR naming the field, the well-formed rows of it are still judged, and an
 engine's garbage figure ends as an ERROR row and exit status EXIT_COULD_NOT_CHECK through the real CLI.
 
@@ -17,7 +17,8 @@ from verify import cli
 from verify.bench import cli as bench_cli
 from verify.bench import cufile_read, gpu_engine, hostcopy, nccl, odirect_read, storage, torch_allreduce
 from verify.bench.odirect_read import make_file
-from verify.engine import RESULT_MARKER, checked_payload, read_result, schema_problems
+from verify.engine import RESULT_MARKER, read_result
+from verify.payload_schema import checked_payload, schema_problems
 from verify.result import EXIT_COULD_NOT_CHECK, Status
 
 JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=6),

@@ -15,9 +15,10 @@ import sys
 import time
 
 from verify.bench.common import parse_size
-from verify.engine import CANNOT_RUN, NUMBER, ListOf, emit_result, normal_bus, restrict_visible
+from verify.engine import CANNOT_RUN, emit_result, normal_bus, restrict_visible
+from verify.payload_schema import NUMBER, ListOf
 
-# What a read emits (verify.engine.checked_payload checks it where it enters verify).
+# What a read emits (verify.payload_schema.checked_payload checks it where it enters verify).
 PAYLOAD_SCHEMA = {"gbps": NUMBER, "mode": str,
                   "runs": ListOf({"bytes": int, "seconds": NUMBER, "gbps": NUMBER, "mode": str})}
 

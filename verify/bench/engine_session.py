@@ -18,12 +18,13 @@ from typing import Optional
 
 from verify.bench import gpu, gpu_engine, hostcopy, nccl, torch_allreduce, torch_hostcopy
 from verify.bench.common import human_bytes, last_line, module_available, progress, result, tail
-from verify.engine import CANNOT_RUN, ENGINE_CWD, checked_payload, engine_argv, engine_env, normal_bus, read_result
+from verify.engine import CANNOT_RUN, ENGINE_CWD, engine_argv, engine_env, normal_bus, read_result
 from verify.facts.gpu_processes import GpuProcesses, read_gpu_processes
 from verify.facts.gpu_query import query_gpus
 from verify.facts.hardware import detect
 from verify.facts.peer_access import nvlink_count, read_gpu_links
 from verify.judging import verdicts
+from verify.payload_schema import checked_payload
 from verify.result import CheckResult, Status
 
 # torch numbers GPUs fastest-first unless told; nvidia-smi, NVML and the health checks by PCI bus.

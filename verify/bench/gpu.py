@@ -18,15 +18,9 @@ from verify.bench.common import (
     result,
     tail,
 )
-from verify.engine import (
-    CANNOT_RUN,
-    ENGINE_CWD,
-    checked_payload,
-    engine_argv,
-    engine_env,
-    read_result,
-)
+from verify.engine import CANNOT_RUN, ENGINE_CWD, engine_argv, engine_env, read_result
 from verify.judging import verdicts
+from verify.payload_schema import checked_payload
 from verify.profiles import resolve_threshold
 from verify.result import Status
 

@@ -29,18 +29,9 @@ from typing import Any, Optional
 from verify.bench import gpu_clocks
 from verify.bench.common import module_available, progress, result
 from verify.bench.gpu import ENGINE_ENV, engine_failure
-from verify.engine import (
-    ENGINE_CWD,
-    NUMBER,
-    ListOf,
-    Maybe,
-    checked_payload,
-    engine_argv,
-    engine_env,
-    read_result,
-    schema_problems,
-)
+from verify.engine import ENGINE_CWD, engine_argv, engine_env, read_result
 from verify.judging import clock_reasons
+from verify.payload_schema import NUMBER, ListOf, Maybe, checked_payload, schema_problems
 from verify.result import CheckResult, Status
 
 CHECK_ID = "bench.gpu_burn"
@@ -51,7 +42,7 @@ DEFAULT_CLOCK_FRACTION = 0.60
 REMEDIATION = "drain the GPU; check cooling, power feed and BMC power-brake events; RMA a GPU that repeats"
 
 # The burn's part of the GPU engine's payload (verify.bench.gpu_engine.PAYLOAD_SCHEMA holds it as a dict),
-# checked where it enters (verify.engine.checked_payload) before a judge reads a field: a malformed GPU row
+# checked where it enters (verify.payload_schema.checked_payload) before a judge reads a field: a malformed GPU row
 # is dropped and named in an ERROR row, the others are judged.
 READING = {"min": NUMBER, "median": NUMBER, "max": NUMBER}
 WINDOW = {"samples": int, "sm_mhz": Maybe(READING), "mem_mhz": Maybe(READING), "temp_c": Maybe(READING),

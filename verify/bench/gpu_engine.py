@@ -26,19 +26,10 @@ import time
 from verify.bench.common import parse_size
 from verify.bench.gpu_clocks import summarise
 from verify.bench.torch_hostcopy import measure_gpu, pcie_of
-from verify.engine import (
-    CANNOT_RUN,
-    NUMBER,
-    ListOf,
-    Maybe,
-    cuda_torch,
-    emit_result,
-    normal_bus,
-    restrict_visible,
-    torch_bus_id,
-)
+from verify.engine import CANNOT_RUN, cuda_torch, emit_result, normal_bus, restrict_visible, torch_bus_id
+from verify.payload_schema import NUMBER, ListOf, Maybe
 
-# What the engine emits (verify.engine.checked_payload checks it where it enters verify): quick
+# What the engine emits (verify.payload_schema.checked_payload checks it where it enters verify): quick
 # mode fills per_gpu/pairs, burn mode fills burn; a malformed per-GPU or pair row is dropped and named.
 PAYLOAD_SCHEMA = {
     "gpus": ListOf({"index": int, "name": str, "capability": Maybe(list), "sm_count": Maybe(int),

@@ -22,15 +22,9 @@ from verify.bench.common import (
     tail,
     with_retries,
 )
-from verify.engine import (
-    CANNOT_RUN,
-    ENGINE_CWD,
-    checked_payload,
-    engine_argv,
-    engine_env,
-    read_result,
-)
+from verify.engine import CANNOT_RUN, ENGINE_CWD, engine_argv, engine_env, read_result
 from verify.judging import peaks, verdicts
+from verify.payload_schema import checked_payload
 from verify.profiles import bench_setting, resolve_threshold
 from verify.result import CheckResult, Status
 

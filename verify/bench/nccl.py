@@ -31,8 +31,9 @@ from verify.bench.common import (
     with_retries,
 )
 from verify.bench.nccl_parse import CurvePoint, NcclParseError, NcclTransport, parse_nccl_debug, parse_nccl_tests
-from verify.engine import ENGINE_CWD, checked_payload, engine_argv, engine_env, read_result
+from verify.engine import ENGINE_CWD, engine_argv, engine_env, read_result
 from verify.judging import peaks, verdicts
+from verify.payload_schema import checked_payload
 from verify.profiles import bench_setting, resolve_threshold
 from verify.result import CheckResult, Status
 from verify.runner import which

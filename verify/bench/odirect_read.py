@@ -15,9 +15,10 @@ import threading
 import time
 
 from verify.bench.common import parse_size
-from verify.engine import NUMBER, ListOf, emit_result
+from verify.engine import emit_result
+from verify.payload_schema import NUMBER, ListOf
 
-# What a read emits (verify.engine.checked_payload checks it where it enters verify).
+# What a read emits (verify.payload_schema.checked_payload checks it where it enters verify).
 PAYLOAD_SCHEMA = {"gbps": NUMBER, "runs": ListOf({"bytes": int, "seconds": NUMBER, "gbps": NUMBER})}
 
 

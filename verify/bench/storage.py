@@ -39,17 +39,11 @@ from verify.bench.common import (
 from verify.bench.cufile_read import PAYLOAD_SCHEMA as CUFILE_SCHEMA
 from verify.bench.gds_parse import GdsParseError, parse_gdscheck, parse_gdsio
 from verify.bench.odirect_read import PAYLOAD_SCHEMA as ODIRECT_SCHEMA
-from verify.engine import (
-    CANNOT_RUN,
-    ENGINE_CWD,
-    checked_payload,
-    engine_argv,
-    engine_env,
-    read_result,
-)
+from verify.engine import CANNOT_RUN, ENGINE_CWD, engine_argv, engine_env, read_result
 from verify.facts.gpu_query import query_gpus
 from verify.interrupt import deferred
 from verify.judging import peaks, verdicts
+from verify.payload_schema import checked_payload
 from verify.profiles import bench_setting, resolve_threshold
 from verify.result import Status
 from verify.runner import which

@@ -17,12 +17,13 @@ import time
 from datetime import timedelta
 
 from verify.bench.common import parse_size
-from verify.engine import NUMBER, ListOf, Maybe, emit_result
+from verify.engine import emit_result
+from verify.payload_schema import NUMBER, ListOf, Maybe
 
 # One all-reduce size of the curve, as allreduce_rows writes it (verify/fleet/multinode.py reads the same).
 ROW_SCHEMA = {"size_bytes": int, "count": int, "dtype": str, "redop": str, "time_us": NUMBER, "algbw_gbps": NUMBER,
               "busbw_gbps": NUMBER, "wrong": int}
-# What the engine emits (verify.engine.checked_payload checks it where it enters verify).
+# What the engine emits (verify.payload_schema.checked_payload checks it where it enters verify).
 # sendrecv_rows: the send/recv curve between ranks (verify/fleet/nccl_pair.py's pair test asks for it).
 PAYLOAD_SCHEMA = {"world_size": int, "rows": ListOf(ROW_SCHEMA), "nccl_version": Maybe(str),
                   "sendrecv_rows": Maybe(ListOf(ROW_SCHEMA))}

@@ -10,9 +10,10 @@ import argparse
 import sys
 
 from verify.bench.common import parse_size
-from verify.engine import NUMBER, ListOf, Maybe, emit_result, normal_bus, restrict_visible, torch_bus_id
+from verify.engine import emit_result, normal_bus, restrict_visible, torch_bus_id
+from verify.payload_schema import NUMBER, ListOf, Maybe
 
-# What the engine emits (verify.engine.checked_payload checks it where it enters verify):
+# What the engine emits (verify.payload_schema.checked_payload checks it where it enters verify):
 # one row per GPU; a malformed row is dropped and named, the others are still judged.
 PAYLOAD_SCHEMA = {"gpus": ListOf({"index": int, "name": Maybe(str), "pcie": Maybe(dict),
                                   "pcie_under_load": Maybe(dict), "h2d_gbps": NUMBER, "d2h_gbps": NUMBER})}

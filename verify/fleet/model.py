@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from verify.bounded_load import MAX_BYTES, BoundedLoadError, loads_json_bytes_bounded, read_bounded
-from verify.engine import schema_problems
 from verify.fleet.baseline import hardware_of
+from verify.payload_schema import schema_problems
 from verify.report.schemas import RESULT_SCHEMA, split_problem
 from verify.result import CheckResult, Status
 from verify.stats.outliers import MEASUREMENT_ROLES

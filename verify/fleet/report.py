@@ -13,9 +13,9 @@ from xml.sax.saxutils import quoteattr
 from verify import __version__
 from verify.bounded_load import MAX_BYTES, BoundedLoadError, loads_json_bytes_bounded, read_bounded
 from verify.desired import project_root, template_environment
-from verify.engine import ListOf, Maybe, schema_problems
 from verify.fleet.model import load_fleet_dir, load_fleet_dir_for
 from verify.fleet.summary import FleetSummary, build_summary
+from verify.payload_schema import ListOf, Maybe, schema_problems
 from verify.report import OutDirError, action_label, bench_table, check_out_dir, plots
 from verify.report.schemas import FiniteNumber, split_problem
 from verify.result import Status
@@ -86,7 +86,7 @@ def main(args) -> int:
 
 
 # The side files a fleet run writes beside the node reports, as the report reads them back: each record
-# checked against its schema (verify.engine's declarative check), a record that differs left out and named.
+# checked against its schema (verify.payload_schema's declarative check), a record that differs left out and named.
 ADDRESS_LIST = ListOf(str, may_be_empty=True)
 REGRESSION_ENTRY = {"host": str, "reason": str}  # verify.history.regress to_dict: what the writers read
 REGRESSIONS_FILE = {"regressions": list, "drift": list, "percent": Maybe(FiniteNumber), "runs": Maybe(FiniteNumber)}

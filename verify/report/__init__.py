@@ -9,8 +9,8 @@ import os
 import secrets
 from typing import Optional
 
-from verify.engine import schema_problems
 from verify.judging import verdicts
+from verify.payload_schema import schema_problems
 from verify.report.schemas import RESULT_SCHEMA
 from verify.result import CheckResult, Status, counts, exit_code, sort_for_people
 from verify.safe_io import PRIVATE_DIR, PRIVATE_FILE, SHARED_FILE, UnsafePathError, open_trusted_dir, write_in_dir

@@ -10,7 +10,7 @@ from __future__ import annotations
 from html import escape
 from typing import Iterable, Optional
 
-from verify.engine import ListOf, Maybe, schema_problems
+from verify.payload_schema import ListOf, Maybe, schema_problems
 from verify.report.schemas import FIGURE_OR_NULL, FiniteNumber, filled, split_problem
 
 CELL = 12

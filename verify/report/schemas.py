@@ -6,7 +6,7 @@ from its schema is left out and named (a WARN), so the writers meet only checked
 from __future__ import annotations
 
 from verify.bounded_load import finite_number
-from verify.engine import Maybe
+from verify.payload_schema import Maybe
 from verify.result import Status
 
 
