@@ -41,7 +41,7 @@ def test_a_slow_pair_fails_naming_the_server_and_the_client(tmp_path):
     assert records[0]["reason"].startswith("with gpu-b as server: 0.5 Gb/s")
     assert records[0]["details"]["server"] == "gpu-b" and records[0]["details"]["client"] == "gpu-a"
     assert pair_passed(records) is False
-    assert any(c[:4] == ["ssh", "-o", "BatchMode=yes", "10.0.0.2"] for c in calls)
+    assert any(c[:5] == ["ssh", "-o", "BatchMode=yes", "--", "10.0.0.2"] for c in calls)
 
 
 def test_hosts_without_an_hca_give_no_verdict_on_the_pair(tmp_path):

@@ -512,6 +512,8 @@ EXEMPT = {
     "verify.scheduler.nvml:read_raw": "NVML calls, no text parsed",
     "verify.facts.fabric:read_gpu_fabric": "NVML / nvidia-smi -q; its text goes to parse_smi_fabric (fuzzed)",
     "verify.facts.fabric:read_manager": "systemctl and nv-fabricmanager --version; parse_manager_version is fuzzed",
+    "verify.stats.outliers:readings": "a CheckResult's own repeated figures (details.tries/runs), no text parsed; "
+                                      "each figure passes _finite",
     "verify.facts.gpu_processes:read_gpu_processes": "runs nvidia-smi; its stdout goes to parse_compute_apps (fuzzed)",
     "verify.facts.peer_access:read_peer_access": "the primed NVML reading, else read_smi_p2p",
     "verify.facts.peer_access:read_smi_p2p": "nvidia-smi topo -p2p r/w; its text goes to parse_p2p_matrix (fuzzed)",

@@ -69,7 +69,7 @@ def test_bad_inputs_name_the_problem():
 def test_profiles_command_lists_each_profile(capsys):
     assert profiles.main(None) == 0
     out = capsys.readouterr().out
-    assert out.count("\n") == len(SHIPPED)
+    assert out.count("\n") == len(SHIPPED) + 1 and out.startswith("PROFILE ")  # a header, then one line each
     assert "h200-x2-nvlink" in out and ">= 308 GB/s" in out
 
 
