@@ -117,7 +117,7 @@ def rail_bound(root: str = "/"):
 def measurement_schema() -> dict:
     """What the worker writes (rank 0): the torch engine's rows (verify.bench.torch_allreduce)."""
     from verify.bench.torch_allreduce import ROW_SCHEMA
-    from verify.engine import ListOf, Maybe
+    from verify.payload_schema import ListOf, Maybe
 
     return {"world_size": int, "rows": ListOf(ROW_SCHEMA), "backend": Maybe(str), "timing": Maybe(str),
             "sendrecv_rows": Maybe(ListOf(ROW_SCHEMA))}
@@ -133,7 +133,7 @@ def judge_run(payload: Optional[dict], returncode: Optional[int], output_tail: s
     others judged."""
     from verify.bench.common import payload_error
     from verify.bench.common import result as bench_result
-    from verify.engine import checked_payload
+    from verify.payload_schema import checked_payload
     from verify.result import Status
 
     expected_ranks = args.nnodes * args.nproc_per_node
@@ -204,7 +204,7 @@ def payload_error_record(payload: Optional[dict], args: argparse.Namespace) -> O
     if payload is None or args.node_rank != 0:
         return None
     from verify.bench.common import payload_error
-    from verify.engine import checked_payload
+    from verify.payload_schema import checked_payload
 
     kept, malformed = checked_payload(payload, measurement_schema())
     if kept is None or not malformed:

@@ -22,7 +22,6 @@ import glob
 import json
 import os
 import pwd
-import shutil
 import sys
 from typing import Optional, Sequence
 
@@ -144,7 +143,9 @@ def find(wanted: str, extra: Sequence[str], runner=run_command, dev: str = "/dev
         ansibles = ansibles if ansibles and os.path.isabs(ansibles) else None
         # python3 on the PATH Ansible's tasks get on the node (connection local: the operator's own PATH, where a
         # venv holding torch comes first on many GPU nodes); trust-checked like every candidate before it runs.
-        on_path = shutil.which("python3", path=path) if path else None
+        on_path = next((os.path.join(d, "python3") for d in (path or "").split(os.pathsep)
+                        if os.path.isabs(d) and os.path.isfile(os.path.join(d, "python3"))
+                        and os.access(os.path.join(d, "python3"), os.X_OK)), None)
         candidates = list(dict.fromkeys(c for c in (login, on_path, ansibles, SYSTEM_PYTHON) if c))
         how = ("python3 on root's login PATH, then on the task's PATH, then the interpreter Ansible runs on the "
                "node, then " + SYSTEM_PYTHON)
