@@ -66,6 +66,13 @@ def test_path_mtu_pass_sends_the_mtu_minus_headers(tmp_path):
     assert runner.calls[0] == ["ping", "-M", "do", "-s", "8972", "-c", "1", "-W", "2", "10.77.0.2"]
 
 
+def test_a_peer_ping_could_read_as_an_option_is_refused_and_never_pinged(tmp_path):
+    results, runner = _path_mtu_results(tmp_path, {"ping": load("ping_ok_9000")}, ["-fI/etc/shadow", "10.77.0.2"])
+    assert results[0].status is Status.ERROR and "could be read as an option" in results[0].reason
+    assert results[1].status is Status.PASS and runner.calls == [
+        ["ping", "-M", "do", "-s", "8972", "-c", "1", "-W", "2", "10.77.0.2"]]
+
+
 def test_path_mtu_ipv6_uses_48_bytes_of_headers(tmp_path):
     results, runner = _path_mtu_results(tmp_path, {"ping": load("ping6_ok_9000")}, ["fd77::2"])
     assert runner.calls[0][4] == "8952" and results[0].status is Status.PASS

@@ -14,6 +14,7 @@ from verify.checks.common import error, result, role_disabled, section, skip
 from verify.node import Node
 from verify.result import Status
 from verify.runner import CommandOutput
+from verify.safe_io import check_not_option
 
 ROLE = "network"
 SMALL_PAYLOAD = {4: 1472, 6: 1452}  # fits a 1500 MTU path
@@ -82,6 +83,10 @@ def probe(node: Node, peer: str, payload: int) -> CommandOutput:
 
 
 def check_peer(node: Node, peer: str, mtu: int):
+    try:  # an inventory value reaches ping's argv: never one ping could read as an option
+        check_not_option(peer, "network_path_mtu_peers entry")
+    except ValueError as exc:
+        return error(f"network.path_mtu.{peer[:40]}", ROLE, str(exc), mtu)
     version = ip_version(peer)
     out = probe(node, peer, mtu - HEADERS[version])
     if out.missing:
