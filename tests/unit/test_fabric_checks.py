@@ -75,3 +75,14 @@ def test_the_schedulers_nvml_reading_is_judged_by_the_same_judge(tmp_path):
     live.memo[fabric.MEMO_FABRIC] = {0: (fabric.FABRIC_COMPLETED, 0), 1: (fabric.FABRIC_COMPLETED, 999)}
     rows = health_fabric.fabric_results(live)
     assert [r.status for r in rows] == [Status.PASS, Status.FAIL]
+
+
+def test_a_fabric_state_a_newer_driver_prints_is_unreadable_never_a_crash():
+    from bench_helpers import output, scripted_node
+
+    from verify.facts import fabric
+
+    node = scripted_node(lambda argv: output(argv, stdout="GPU 00000000:18:00.0\n    Fabric\n        State : Degraded\n"))
+    node.memo.pop(fabric.MEMO_FABRIC, None)
+    found, _, why = fabric.read_gpu_fabric(node)
+    assert found == [] and "unknown fabric state 'Degraded'" in why

@@ -57,7 +57,8 @@ def _field(line: str) -> tuple:
 
 
 def parse_smi_fabric(text: str) -> list:
-    """`nvidia-smi -q` -> one GpuFabric per "GPU <bus id>" block, in the order printed (= index order)."""
+    """`nvidia-smi -q` -> one GpuFabric per "GPU <bus id>" block, in the order printed (= index order).
+    Raises FabricParseError for a fabric state it does not know (read_gpu_fabric says so as unreadable)."""
     gpus: list = []
     current: Optional[GpuFabric] = None
     in_fabric = False
@@ -117,7 +118,10 @@ def read_gpu_fabric(node: Node) -> tuple:
         return [], "", "nvidia-smi is not installed"
     if output.returncode != 0:
         return [], "", f"nvidia-smi -q exited {output.returncode}: {(output.stderr or output.stdout).strip()[:200]}"
-    return parse_smi_fabric(output.stdout), driver_version_of(output.stdout), ""
+    try:
+        return parse_smi_fabric(output.stdout), driver_version_of(output.stdout), ""
+    except FabricParseError as exc:  # a state a newer driver prints: said as unreadable, never a crash
+        return [], driver_version_of(output.stdout), f"nvidia-smi -q: {exc}"
 
 
 def nvswitches(node: Node) -> list:
