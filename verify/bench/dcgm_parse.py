@@ -191,7 +191,9 @@ def parse_table(text: str) -> DiagReport:
         elif not test_rows:
             continue  # an outcome line with no test above it
         test = name or test_rows[0].test
-        gpus = [int(g) for g in (outcome.group("gpus") or "").replace(" ", "").split(",") if g.isdigit()]
+        # A GPU id is a few digits: a longer run of digits is not one (and int() of thousands of digits raises).
+        gpus = [int(g) for g in (outcome.group("gpus") or "").replace(" ", "").split(",")
+                if g.isascii() and g.isdigit() and len(g) < 6]
         item = DiagRow(category or "?", test, STATUSES[outcome.group(1).lower()], gpus)
         rows.append(item)
         test_rows.append(item)
