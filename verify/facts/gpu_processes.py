@@ -43,7 +43,7 @@ class GpuProcesses:
 
 def _number(text: str) -> Optional[int]:
     text = text.strip().split(" ")[0]
-    return int(text) if text.isdigit() and len(text) <= _MAX_DIGITS else None
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= _MAX_DIGITS else None
 
 
 def parse_compute_apps(text: str) -> dict:
