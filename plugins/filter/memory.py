@@ -17,6 +17,10 @@ def _size_kb(text: str) -> int:
     return int(int(match.group(1)) * UNIT_KB[match.group(2).lower()])
 
 
+# COMMAND_LINE_SIZE is 2048 on x86 and at most 4096 elsewhere (arch/*/include/uapi/asm/setup.h); room to spare.
+MAX_CMDLINE = 65536
+
+
 def memory_cmdline_hugepages(cmdline: str, default_kb: int = 2048) -> dict:
     """Huge pages a kernel command line reserves at boot, as {size_kb: count}.
 
@@ -26,6 +30,9 @@ def memory_cmdline_hugepages(cmdline: str, default_kb: int = 2048) -> dict:
     current_kb = None
     default = default_kb
     pages: dict = {}
+    if len(str(cmdline or "")) > MAX_CMDLINE:  # shlex takes seconds on a megabyte; the kernel keeps a few KiB
+        raise AnsibleFilterError(f"kernel command line (/proc/cmdline) of {len(str(cmdline))} characters is longer "
+                                 f"than any kernel keeps ({MAX_CMDLINE}): not a command line")
     try:
         words = shlex.split(cmdline or "")
     except ValueError as exc:  # an unbalanced quote: shlex's "No closing quotation"
