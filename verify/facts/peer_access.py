@@ -120,6 +120,17 @@ def plain(text: str) -> str:
     return _SGR.sub("", text)
 
 
+def gpu_rows(lines: list, header_at: int):
+    """(line number, GPU index, the line's words) of each `GPU<n>` row under a topology table's header, up to
+    its Legend: the row walk both `nvidia-smi topo` tables share."""
+    for number, line in enumerate(lines[header_at + 1:], header_at + 2):
+        words = line.split()
+        if words and words[0] == "Legend:":
+            return
+        if words and _GPU.match(words[0]):
+            yield number, int(words[0][3:]), words
+
+
 def parse_p2p_matrix(text: str) -> dict:
     """`nvidia-smi topo -p2p r|w|n` -> {(gpu, gpu): nvmlGpuP2PStatus_t} for every ordered pair. Raises
     P2pParseError naming the line for a cell that is none of the Legend's."""
@@ -130,13 +141,7 @@ def parse_p2p_matrix(text: str) -> dict:
         raise P2pParseError(f"no header line of GPU columns in {text.strip()[:80]!r}")
     columns = [int(word[3:]) for word in lines[header_at].split()]
     statuses: dict = {}
-    for number, line in enumerate(lines[header_at + 1:], header_at + 2):
-        words = line.split()
-        if words and words[0] == "Legend:":
-            break
-        if not words or not _GPU.match(words[0]):
-            continue
-        row = int(words[0][3:])
+    for number, row, words in gpu_rows(lines, header_at):
         cells = words[1:]
         if len(cells) != len(columns):
             raise P2pParseError(f"line {number}: GPU{row} has {len(cells)} cells for {len(columns)} GPUs")
@@ -217,13 +222,7 @@ def parse_topo_gpu_links(text: str) -> dict:
             break
         columns.append(int(word[3:]))
     links: dict = {}
-    for number, line in enumerate(lines[header_at + 1:], header_at + 2):
-        words = line.split()
-        if words and words[0] == "Legend:":
-            break
-        if not words or not _GPU.match(words[0]):
-            continue
-        row = int(words[0][3:])
+    for number, row, words in gpu_rows(lines, header_at):
         cells = words[1:1 + len(columns)]
         if len(cells) < len(columns):
             raise TopoParseError(f"line {number}: GPU{row} has {len(cells)} cells for {len(columns)} GPUs")
