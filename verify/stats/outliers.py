@@ -14,6 +14,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
+from verify.bounded_load import finite_number
+
 MODIFIED_Z_LIMIT = 3.5
 # Results of these roles carry a measurement; config checks are judged against the desired
 # state instead, never against the fleet.
@@ -150,11 +152,11 @@ def readings(result) -> list:
     retried (details.tries[].observed, the figure itself) or, for a figure in GB/s (or of no stated unit),
     each run of an engine that repeats its measurement (details.runs[].gbps). Fewer than two: measured once."""
     details = result.details if isinstance(result.details, dict) else {}
-    tries = [_finite(t.get("observed")) for t in _dicts(details.get("tries"))]
+    tries = [finite_number(t.get("observed")) for t in _dicts(details.get("tries"))]
     if len(tries) >= 2 and None not in tries:
         return tries
     if _unit(result).lower() in ("", "gb/s", "gbps"):  # the storage engines give no unit: theirs is GB/s
-        runs = [_finite(r.get("gbps")) for r in _dicts(details.get("runs"))]
+        runs = [finite_number(r.get("gbps")) for r in _dicts(details.get("runs"))]
         if len(runs) >= 2 and None not in runs:
             return runs
     return []
@@ -193,16 +195,6 @@ def confirm_low(outlier: Outlier, own: list, noise: Optional[float], fail_ratio:
         return False, (f"not confirmed: {gap:.0%} below the median is within {NOISE_MULTIPLE:g}x the figure's "
                        f"run-to-run noise of {noise:.1%}")
     return False, "not confirmed: one reading and no measured run-to-run noise; re-run the benchmark on this host"
-
-
-def _finite(value) -> Optional[float]:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        number = float(value)
-    except OverflowError:
-        return None
-    return number if math.isfinite(number) else None
 
 
 def _dicts(value) -> list:
