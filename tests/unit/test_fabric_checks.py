@@ -82,7 +82,8 @@ def test_a_fabric_state_a_newer_driver_prints_is_unreadable_never_a_crash():
 
     from verify.facts import fabric
 
-    node = scripted_node(lambda argv: output(argv, stdout="GPU 00000000:18:00.0\n    Fabric\n        State : Degraded\n"))
+    smi_q = "GPU 00000000:18:00.0\n    Fabric\n        State : Degraded\n"
+    node = scripted_node(lambda argv: output(argv, stdout=smi_q))
     node.memo.pop(fabric.MEMO_FABRIC, None)
     found, _, why = fabric.read_gpu_fabric(node)
     assert found == [] and "unknown fabric state 'Degraded'" in why

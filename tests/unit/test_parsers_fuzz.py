@@ -514,7 +514,7 @@ EXEMPT = {
     "verify.facts.fabric:read_gpu_fabric": "NVML / nvidia-smi -q; its text goes to parse_smi_fabric (fuzzed)",
     "verify.facts.fabric:read_manager": "systemctl and nv-fabricmanager --version; parse_manager_version is fuzzed",
     "verify.stats.outliers:readings": "a CheckResult's own repeated figures (details.tries/runs), no text parsed; "
-                                      "each figure passes _finite",
+                                      "each figure passes bounded_load.finite_number",
     "verify.facts.gpu_processes:read_gpu_processes": "runs nvidia-smi; its stdout goes to parse_compute_apps (fuzzed)",
     "verify.facts.peer_access:read_peer_access": "the primed NVML reading, else read_smi_p2p",
     "verify.facts.peer_access:read_smi_p2p": "nvidia-smi topo -p2p r/w; its text goes to parse_p2p_matrix (fuzzed)",
