@@ -205,8 +205,12 @@ def make_unique_dir(parent: str, prefix: str, mode: int = PRIVATE_DIR, parent_mo
         os.close(parent_fd)
 
 
-def write_in_dir(dir_fd: int, name: str, data: Union[str, bytes], mode: int = PRIVATE_FILE) -> None:
-    """Write `name` in an open trusted directory: a new temporary file, mode set, synced, renamed over."""
+def write_in_dir(dir_fd: int, name: str, data: Union[str, bytes], mode: int = PRIVATE_FILE,
+                 durable: bool = True) -> None:
+    """Write `name` in an open trusted directory: a new temporary file, mode set, synced, renamed over.
+    durable=False leaves out the sync (readers still see the old file or the new one, never a part): for a
+    file that is worth nothing after a crash, which is a reboot (the scheduler hooks' state is per boot, a
+    metrics textfile is rewritten by the next run); each sync cost a hook 10-20 ms on a VM's disk."""
     if "/" in name or name in ("", ".", ".."):
         raise ValueError(f"not a plain file name: {name!r}")
     payload = data.encode("utf-8") if isinstance(data, str) else data
@@ -219,7 +223,8 @@ def write_in_dir(dir_fd: int, name: str, data: Union[str, bytes], mode: int = PR
             view = memoryview(payload)
             while view:
                 view = view[os.write(fd, view):]
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
         # rename replaces a symlink planted at `name` itself; it never writes through one.

@@ -133,7 +133,7 @@ COMMAND_TASKS = {
     "roles/verify_node/tasks/main.yml": 1, "roles/verify_node/tasks/multinode.yml": 1,
     "roles/verify_node/tasks/rdma.yml": 3, "roles/verify_node/tasks/rdma_round.yml": 1,
     "roles/verify_node/tasks/find_python.yml": 1, "roles/reboot/tasks/reboot.yml": 5,
-    "roles/scheduler_hooks/tasks/main.yml": 2, "roles/pcie/handlers/main.yml": 1,
+    "roles/scheduler_hooks/tasks/main.yml": 3, "roles/pcie/handlers/main.yml": 1,
     "roles/network/tasks/irqbalance.yml": 1, "roles/network/tasks/persist_networkmanager.yml": 1,
     "roles/network/tasks/ethtool_apply.yml": 1, "roles/network/tasks/ethtool_read.yml": 2,
     "roles/network/handlers/main.yml": 1, "roles/storage/handlers/main.yml": 1,

@@ -352,6 +352,8 @@ PARSERS = [
     Parser("verify.scheduler.kernel_events:parse_kmsg_record", lambda d: kernel_events.parse_kmsg_record(d), (),
            [b"6,339,5140900,-;NVRM: Xid (PCI:0000:00:06): 79, pid='<unknown>', name=<unknown>, GPU has fallen off "
             b"the bus.\n SUBSYSTEM=pci\n", b"4,1,0,-;usb 1-1: new device\n"]),
+    Parser("verify.scheduler.kernel_events:passed_over", lambda d: kernel_events.passed_over(d, 5.0), (),
+           [b"6,339,5140900,-;NVRM: Xid (PCI:0000:00:06): 79\n", b"12,99,5,-;x\n"]),
     Parser("verify.scheduler.state:parse", lambda d: scheduler_state.parse(text(d)), (ValueError,),
            [b'{"schema": "tunefleet.scheduler_state/v1", "boot_id": "x", "kernel_uptime_s": 1.5, "open_events": []}']),
     Parser("verify.facts.fabric:parse_smi_fabric", lambda d: fabric.parse_smi_fabric(text(d)),

@@ -71,7 +71,8 @@ def _write_textfile(report: dict, mode: str, directory: str) -> str:
     try:
         dir_fd = open_trusted_dir(directory, create=True, mode=0o755)
         try:
-            write_in_dir(dir_fd, f"tunefleet_{mode}.prom", prometheus.render(report, mode=mode), SHARED_FILE)
+            write_in_dir(dir_fd, f"tunefleet_{mode}.prom", prometheus.render(report, mode=mode), SHARED_FILE,
+                         durable=False)  # the next run rewrites it
         finally:
             os.close(dir_fd)
     except OSError as exc:
