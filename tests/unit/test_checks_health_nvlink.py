@@ -9,7 +9,7 @@ from tests.helpers.fake_node import FakeTree, desired_state
 from tests.helpers.replay import ReplayRunner
 from verify.checks import health_nvlink
 from verify.checks.health_common import COUNTERS_AT, PREVIOUS_COUNTERS_AT
-from verify.facts import links
+from verify.facts import dcgmi_nvlink, links
 from verify.judging import verdicts
 from verify.result import Status
 from verify.runner import CommandOutput
@@ -189,3 +189,60 @@ def test_counters_alone_are_judged_as_rates_naming_the_gpu_by_bus_and_the_link(t
     assert result.status is Status.FAIL and result.details[verdicts.ACTION_KEY] == verdicts.REBOOT
     assert result.reason.startswith("GPU 0 (00000000:83:00.0): errors: link 3 Replay Errors 4 in 10.0 min = 0.4/min")
     assert result.details["errors_since_last_run"] == {"3": {"Replay Errors": 4}}
+
+
+# ---- DCGM's view where nvidia-smi gives no link status (issue 36 item 8) ------------------------------------
+
+def node_with_dcgmi(tmp_path, status: str, errors: dict = None):
+    """nvidia-smi nvlink -s fails; dcgmi answers with `status` and, per GPU, `errors[gpu]` (else it fails)."""
+    tree = FakeTree(tmp_path).write("/proc/driver/nvidia/version", BANNER)
+    answers = {tuple(health_nvlink.STATUS_ARGV): CommandOutput([], 255, "", "Failed to query NVLink status", 0.1),
+               tuple(health_nvlink.DCGMI_STATUS_ARGV): CommandOutput([], 0, status, "", 0.1)}
+    for gpu, text in (errors or {}).items():
+        answers[tuple(health_nvlink.DCGMI_ERRORS_ARGV + [str(gpu)])] = CommandOutput([], 0, text, "", 0.1)
+    return tree.node(runner=ReplayRunner(answers), live=True)
+
+
+def test_dcgmi_link_status_all_down_fails_each_gpu_naming_the_links_and_the_source(tmp_path):
+    results = by_gpu(health_nvlink.run(spec_with(), node_with_dcgmi(tmp_path, public(
+        "dcgmi-nvlink-s_faulty_dcgm198-h100nvl-all-down-3.3.7.txt"))))
+    assert sorted(results) == ["health.nvlink.0", "health.nvlink.1"]
+    gpu0 = results["health.nvlink.0"]
+    assert gpu0.status is Status.FAIL and gpu0.details[verdicts.ACTION_KEY] == verdicts.REBOOT
+    assert "0 of 18 links up (inactive: 0, 1, 2" in gpu0.reason
+    assert gpu0.reason.endswith("(link states from dcgmi nvlink -s; link rate not read)")
+    assert gpu0.details["links_gbps"] is None and gpu0.details["links_up"]["17"] is False
+
+
+def test_dcgmi_link_status_all_up_passes_and_says_the_rate_was_not_read(tmp_path):
+    results = health_nvlink.run(spec_with(), node_with_dcgmi(tmp_path, public(
+        "dcgmi-nvlink-s_healthy_dcgm-exporter576-h100x8-570.124.06.txt")))
+    assert [r.status for r in results] == [Status.PASS] * 8
+    assert results[0].reason == "GPU 0: 18 links up (link states from dcgmi nvlink -s; link rate not read)"
+
+
+def test_dcgmi_error_counts_are_judged_with_the_nvidia_smi_counters_rule(tmp_path):
+    # The box dcgmi/Nvlink.cpp prints (DcgmiOutputTree: header, "GPU <n>", a "Link <n>" row, "-> <counter>" rows);
+    # no citable capture of `dcgmi nvlink -e` was found, so this is its documented layout with one count raised.
+    box = ("+-----------------------------+------------------------------------------------+\n"
+           "| NVLINK Error Counts                                                          |\n"
+           "| GPU 0                                                                        |\n"
+           "+=============================+================================================+\n"
+           "| Link 0                      |                                                |\n"
+           "| -> CRC FLIT Error           | 0                                              |\n"
+           "| -> CRC Data Error           | 0                                              |\n"
+           "| -> Replay Error             | 3                                              |\n"
+           "| -> Recovery Error           | 0                                              |\n")
+    counts = dcgmi_nvlink.parse_dcgmi_nvlink_errors(box)
+    assert counts.gpu == 0 and counts.links == {0: {"CRC FLIT Error": 0, "CRC Data Error": 0, "Replay Error": 3,
+                                                    "Recovery Error": 0}}
+    up = public("dcgmi-nvlink-s_healthy_dcgm-exporter576-h100x8-570.124.06.txt")
+    gpu0 = by_gpu(health_nvlink.run(spec_with(), node_with_dcgmi(tmp_path, up, {0: box})))["health.nvlink.0"]
+    assert gpu0.status is Status.WARN and "link 0 Replay Error 3 since driver load" in gpu0.reason
+
+
+def test_no_dcgmi_either_keeps_the_counters_alone_path(tmp_path):
+    node = node_without_status(tmp_path, H200_E)  # dcgmi not installed: the earlier behaviour, unchanged
+    results = health_nvlink.run(spec_with(), node)
+    assert [r.status for r in results] == [Status.PASS, Status.PASS]
+    assert ["dcgmi", "nvlink", "-s"] in node.runner.calls
