@@ -246,3 +246,19 @@ def test_no_dcgmi_either_keeps_the_counters_alone_path(tmp_path):
     results = health_nvlink.run(spec_with(), node)
     assert [r.status for r in results] == [Status.PASS, Status.PASS]
     assert ["dcgmi", "nvlink", "-s"] in node.runner.calls
+
+
+def test_dcgmi_captures_answer_through_inject_like_the_other_tools(tmp_path):
+    """`--inject DIR` with `dcgmi-nvlink-s.argv` / `.stdout` (the layout tests/device/capture_health.sh writes):
+    the tree's node has no nvidia-smi, dcgmi's capture answers, the check judges DCGM's states."""
+    from verify.inject import load, no_command
+
+    directory = tmp_path / "inject"
+    directory.mkdir(mode=0o700)
+    (directory / "dcgmi-nvlink-s.argv").write_text("dcgmi nvlink -s\n")
+    (directory / "dcgmi-nvlink-s.stdout").write_text(public("dcgmi-nvlink-s_faulty_dcgm198-h100nvl-all-down-3.3.7.txt"))
+    runner = load(str(directory), real=no_command)
+    node = FakeTree(tmp_path / "tree").write("/proc/driver/nvidia/version", BANNER).node(runner=runner, live=True)
+    results = health_nvlink.run(spec_with(), node)
+    assert [r.status for r in results] == [Status.FAIL, Status.FAIL]
+    assert runner.answered == ["dcgmi-nvlink-s"]

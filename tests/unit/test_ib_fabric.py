@@ -181,3 +181,21 @@ def test_ibdiagnet_stage_table_is_read_from_the_last_table():
     stages = ib_fabric.parse_ibdiagnet_summary(text)
     assert [(s.stage, s.warnings, s.errors) for s in stages] == [("Discovery", 3, 0), ("Port Counters", 2, 1)]
     assert ib_fabric.parse_ibdiagnet_summary("-I- Discovery 3 0\n") == []  # no table header: no table
+
+
+def test_a_nodes_hca_ports_are_named_as_the_fabric_names_them(tmp_path):
+    from tests.helpers.fake_node import FakeTree
+
+    # mlx5_0 of the real ibstat capture ibstat_healthy_gpud-h100-ib-cx7-bond.txt (Node GUID = Port GUID
+    # 0x58a2e10300a7820e), written as sysfs prints them: node_guid in 4-digit groups, the port GUID as GID 0's
+    # low 64 bits (drivers/infiniband/core/sysfs.c); the node description as rdma-ndd sets it.
+    base = "/sys/class/infiniband/mlx5_0"
+    tree = (FakeTree(tmp_path).write(f"{base}/node_guid", "58a2:e103:00a7:820e\n")
+            .write(f"{base}/node_desc", "gpu-node-07 mlx5_0\n")
+            .write(f"{base}/ports/1/gids/0", "fe80:0000:0000:0000:58a2:e103:00a7:820e\n"))
+    ports = ib_fabric.port_identities(tree.node())
+    assert ports == [{"port": "mlx5_0/1", "port_guid": "0x58a2e10300a7820e", "node_guid": "0x58a2e10300a7820e",
+                      "node_desc": "gpu-node-07 mlx5_0"}]
+    assert ib_fabric.ports_from_facts(ports)[0]["port_guid"] == 0x58a2e10300a7820e
+    assert ib_fabric.ports_from_facts([{"port": 3}, "x", {"port": "a/1", "port_guid": "0x" + "9" * 99}]) == [
+        {"port": "a/1", "port_guid": None, "node_guid": None, "node_desc": ""}]
