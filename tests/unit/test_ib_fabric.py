@@ -115,10 +115,12 @@ def test_a_switch_port_with_symbol_errors_is_shown_on_the_host_it_faces(tmp_path
     assert results["server"]["fleet.ib_fabric.mlx4_0/1"].status is Status.PASS
 
 
-def test_without_link_info_switch_ports_are_listed_unjoined_and_no_host_is_blamed(tmp_path):
+def test_without_link_info_switch_ports_are_listed_unjoined_and_no_host_is_blamed_or_cleared(tmp_path):
     directory = run_dir(tmp_path)
     summary = fleet_fabric.collect(str(directory), REAL, read_at=1_800_000_000.0)
-    assert {r.status for per in fleet_results(directory).values() for r in per.values()} == {Status.PASS}
+    results = [r for per in fleet_results(directory).values() for r in per.values()]
+    assert {r.status for r in results} == {Status.ERROR}  # could not check: never FAIL, never PASS
+    assert "the switch port it faces is not named: 8 switch ports with errors that name no far end" in results[0].reason
     assert sorted(p["port"] for p in summary["unjoined"]) == [1, 2, 3, 4, 5, 6, 7, 8]
     assert summary["note"] == fleet_fabric.WITHOUT_LINKS
 

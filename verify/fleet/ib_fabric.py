@@ -102,17 +102,23 @@ class HostIndex:
         return None
 
 
+def judged_counters(port: FabricPort) -> dict:
+    """The counters health_ib judges on a node's own port (VL15Dropped and the like are recorded only)."""
+    return {c: n for c, n in port.counters.items() if c in health_ib.COUNTERS}
+
+
 def _judged(port: FabricPort, previous: Optional[dict], minutes: Optional[float]) -> tuple:
     """([(status, text)], per-minute figures) of one fabric port's counters, by health_ib's judge.
     previous: the earlier reading of the same port ({counter: count}; {} when the earlier complete reading
     did not list it, i.e. every counter 0), None when there is none."""
-    before = None if previous is None else {c: previous.get(c, 0) for c in port.counters}
-    findings, _, per_min = health_ib.counter_findings({"counters": port.counters}, RATES, CEILING, before or {},
+    counters = judged_counters(port)
+    before = None if previous is None else {c: previous.get(c, 0) for c in counters}
+    findings, _, per_min = health_ib.counter_findings({"counters": counters}, RATES, CEILING, before or {},
                                                       minutes if before is not None else None)
     said = []
     for status, text in findings:
         text = text.replace("since driver load", "since the counters were last cleared")
-        saturated = [c for c, n in port.counters.items() if n in SATURATED and text.startswith(c + " ")]
+        saturated = [c for c, n in counters.items() if n in SATURATED and text.startswith(c + " ")]
         said.append((status, text + (" (saturated: at least this many)" if saturated else "")))
     return said, per_min
 
@@ -183,8 +189,11 @@ def fabric_records(fabric: FabricErrors, nodes: list, previous: Optional[dict], 
             sides.setdefault((own[0], own[1]), []).append(("hca", port, own[2]))
         elif facing:
             sides.setdefault((facing[0], facing[1]), []).append(("switch", port, facing[2]))
-        elif port.counters:
+        elif judged_counters(port):
             unjoined.append(port)
+    # Without -r no switch port names its far end: where some switch ports have errors, the side of the link
+    # a host's port faces is not known, and a host with nothing else against it is "could not check".
+    switch_unknown = bool(unjoined) and not any(p.link for p in fabric.ports)
     records = {}
     for node in nodes:
         results = []
@@ -202,6 +211,10 @@ def fabric_records(fabric: FabricErrors, nodes: list, previous: Optional[dict], 
                 judged = CheckResult(judged.check_id, ROLE, Status.ERROR, judged.expected, "not known",
                                      f"{node.host} {hca}: the ibqueryerrors output ends before its summary (cut "
                                      "short): a port it did not reach is not known clean", details=judged.details)
+            elif judged.status is Status.PASS and switch_unknown:
+                judged = CheckResult(judged.check_id, ROLE, Status.ERROR, judged.expected, "switch side not known",
+                                     f"{node.host} {hca}: no error on the port itself, but the switch port it faces "
+                                     f"is not named: {len(unjoined)} {WITHOUT_LINKS}", details=judged.details)
             results.append(judged)
         records[node.host] = [r.to_dict() for r in results]
     summary = {"complete": fabric.complete, "nodes_checked": fabric.nodes_checked,
@@ -210,7 +223,7 @@ def fabric_records(fabric: FabricErrors, nodes: list, previous: Optional[dict], 
                "why_unreadable": fabric.why_unreadable, "interval_min": minutes,
                "unjoined": [p.to_dict() for p in unjoined],
                "hosts": {host: sorted({r["status"] for r in recs}) for host, recs in records.items()}}
-    if unjoined and not any(p.link for p in fabric.ports):
+    if switch_unknown:
         summary["note"] = WITHOUT_LINKS
     return records, summary
 
