@@ -109,6 +109,10 @@ def test_a_switch_port_with_symbol_errors_is_shown_on_the_host_it_faces(tmp_path
                                         f"{SWITCH} (0x0002c903006e29b0) port 5 and rd240 mlx4_0/1")
     assert faced.details["switch_port"] == {"switch": SWITCH, "switch_guid": "0x0002c903006e29b0", "port": 5}
     assert faced.details["thresholds"]["errors"] == health_ib.DERIVED_ERRORS.to_dict()  # one home
+    from verify.fleet.summary import build_summary
+
+    rows = {row.host: row for row in build_summary(*model.load_fleet_dir(str(directory))).rows}
+    assert rows["rd240"].worst == "FAIL" and rows["rd240"].problems[0].check_id == "fleet.ib_fabric.mlx4_0/1"
     # the capture's other hosts: only PortXmitWait / VL15Dropped on their ports, no error a cable causes
     assert results["rd240"]["fleet.ib_fabric.mlx4_0/2"].status is Status.PASS
     assert {r.status for r in results["dl380g7"].values()} == {Status.PASS}
