@@ -205,3 +205,23 @@ def test_a_nodes_hca_ports_are_named_as_the_fabric_names_them(tmp_path):
     assert ib_fabric.ports_from_facts(ports)[0]["port_guid"] == 0x58a2e10300a7820e
     assert ib_fabric.ports_from_facts([{"port": 3}, "x", {"port": "a/1", "port_guid": "0x" + "9" * 99}]) == [
         {"port": "a/1", "port_guid": None, "node_guid": None, "node_desc": ""}]
+
+
+def test_a_capture_that_could_not_be_had_is_said_on_every_host_and_the_run_goes_on(tmp_path):
+    directory = run_dir(tmp_path)
+    code = fleet_fabric.main(["collect", f"--run-dir={directory}", "--input=unused",
+                              "--tool-failed=fabhost: exit 255: ibwarn: mad_rpc_open_port: can't open UMAD port"])
+    assert code == 1
+    rows = [r for per in fleet_results(directory).values() for r in per.values()]
+    assert {r.status for r in rows} == {Status.ERROR} and len(rows) == 3
+    assert "ibqueryerrors could not read the fabric: fabhost: exit 255: ibwarn" in rows[0].reason
+
+
+def test_a_capture_another_user_can_change_is_refused_on_every_host(tmp_path):
+    directory = run_dir(tmp_path)
+    capture = tmp_path / "capture.txt"
+    capture.write_text(with_link(REAL))
+    capture.chmod(0o666)  # writable by others: never trusted to decide a drain
+    assert fleet_fabric.main(["collect", f"--run-dir={directory}", f"--input={capture}"]) == 1
+    rows = [r for per in fleet_results(directory).values() for r in per.values()]
+    assert {r.status for r in rows} == {Status.ERROR} and f"--input {capture}" in rows[0].reason

@@ -261,9 +261,10 @@ def previous_reading(run_dir: str) -> tuple:
     return None, None
 
 
-def collect(run_dir: str, capture: str, read_at: float, ibdiagnet: str = "") -> dict:
-    """Judge one capture against the run's node reports and write every host's crossnode result."""
-    fabric = parse_ibqueryerrors(capture)
+def collect(run_dir: str, capture: str, read_at: float, ibdiagnet: str = "", failed: str = "") -> dict:
+    """Judge one capture against the run's node reports and write every host's crossnode result. failed: why
+    no capture could be had (the tool failed, the file was refused): every host then says so (ERROR)."""
+    fabric = FabricErrors(why_unreadable=failed) if failed else parse_ibqueryerrors(capture)
     nodes, _ = load_fleet_dir(run_dir)
     previous, before = previous_reading(run_dir)
     minutes = (read_at - before) / 60.0 if before is not None and read_at >= before else None
@@ -293,14 +294,27 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--input", required=True, help="the output of `ibqueryerrors -r` (captured or pasted)")
     p.add_argument("--ibdiagnet", default="", help="optional: ibdiagnet's screen output, for its stage table")
     p.add_argument("--read-at", type=float, default=None, help="when the capture was taken (Unix time; default now)")
+    p.add_argument("--tool-failed", default="", help="why ibqueryerrors gave no capture (the playbook passes its exit "
+                   "status and stderr): each host's result says so instead of judging --input")
     args = parser.parse_args(argv)
+    # A capture that cannot be had or read costs this check only: every host gets an ERROR naming why, and the
+    # fleet report is still built (exit 1).
+    failed = f"ibqueryerrors could not read the fabric: {args.tool_failed[:300]}" if args.tool_failed else ""
+    capture = ibdiagnet = ""
     try:
-        capture = read_trusted_file(args.input, MAX_CAPTURE_BYTES)
+        if not failed:
+            capture = read_trusted_file(args.input, MAX_CAPTURE_BYTES)
         ibdiagnet = read_trusted_file(args.ibdiagnet, MAX_CAPTURE_BYTES) if args.ibdiagnet else ""
-        summary = collect(args.run_dir, capture, args.read_at if args.read_at is not None else time.time(), ibdiagnet)
+    except OSError as exc:
+        failed = f"--input {args.input}: {exc.strerror or exc}"
+    read_at = args.read_at if args.read_at is not None else time.time()
+    try:
+        summary = collect(args.run_dir, capture, read_at, ibdiagnet, failed)
     except (OSError, ValueError) as exc:
         print(f"ib_fabric collect: {getattr(exc, 'strerror', None) or exc}", file=sys.stderr)
         return 2
+    if failed:
+        print(f"ERROR: {failed}", file=sys.stderr)
     for _host, recs in sorted(summary["records"].items()):
         for rec in recs:
             if rec["status"] not in ("PASS", "SKIP"):
@@ -312,7 +326,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for stage in summary.get("ibdiagnet", []):
         if stage["errors"]:
             print(f"IBDIAGNET: stage {stage['stage']}: {stage['errors']} errors, {stage['warnings']} warnings")
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
