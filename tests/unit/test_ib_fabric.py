@@ -225,3 +225,11 @@ def test_a_capture_another_user_can_change_is_refused_on_every_host(tmp_path):
     assert fleet_fabric.main(["collect", f"--run-dir={directory}", f"--input={capture}"]) == 1
     rows = [r for per in fleet_results(directory).values() for r in per.values()]
     assert {r.status for r in rows} == {Status.ERROR} and f"--input {capture}" in rows[0].reason
+
+
+def test_an_ibdiagnet_stage_table_given_with_the_capture_is_kept_in_the_run_summary(tmp_path):
+    directory = run_dir(tmp_path)
+    table = "-I- Stage                     Warnings   Errors     Comment\n-I- Port Counters             2          1\n"
+    fleet_fabric.collect(str(directory), with_link(REAL), 1_800_000_000.0, ibdiagnet=table)
+    kept = json.loads((directory / "ib-fabric" / "summary.json").read_text())["ibdiagnet"]
+    assert kept == [{"stage": "Port Counters", "warnings": 2, "errors": 1, "comment": ""}]

@@ -304,9 +304,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         if not failed:
             capture = read_trusted_file(args.input, MAX_CAPTURE_BYTES)
-        ibdiagnet = read_trusted_file(args.ibdiagnet, MAX_CAPTURE_BYTES) if args.ibdiagnet else ""
     except OSError as exc:
         failed = f"--input {args.input}: {exc.strerror or exc}"
+    try:
+        ibdiagnet = read_trusted_file(args.ibdiagnet, MAX_CAPTURE_BYTES) if args.ibdiagnet else ""
+    except OSError as exc:  # the stage table is a note beside the check: its loss costs only itself
+        print(f"ib_fabric collect: --ibdiagnet {args.ibdiagnet}: {exc.strerror or exc}", file=sys.stderr)
     read_at = args.read_at if args.read_at is not None else time.time()
     try:
         summary = collect(args.run_dir, capture, read_at, ibdiagnet, failed)
