@@ -221,24 +221,25 @@ def test_dcgmi_link_status_all_up_passes_and_says_the_rate_was_not_read(tmp_path
     assert results[0].reason == "GPU 0: 18 links up (link states from dcgmi nvlink -s; link rate not read)"
 
 
-def test_dcgmi_error_counts_are_judged_with_the_nvidia_smi_counters_rule(tmp_path):
-    # The box dcgmi/Nvlink.cpp prints (DcgmiOutputTree: header, "GPU <n>", a "Link <n>" row, "-> <counter>" rows);
-    # no citable capture of `dcgmi nvlink -e` was found, so this is its documented layout with one count raised.
-    box = ("+-----------------------------+------------------------------------------------+\n"
-           "| NVLINK Error Counts                                                          |\n"
-           "| GPU 0                                                                        |\n"
-           "+=============================+================================================+\n"
-           "| Link 0                      |                                                |\n"
-           "| -> CRC FLIT Error           | 0                                              |\n"
-           "| -> CRC Data Error           | 0                                              |\n"
-           "| -> Replay Error             | 3                                              |\n"
-           "| -> Recovery Error           | 0                                              |\n")
-    counts = dcgmi_nvlink.parse_dcgmi_nvlink_errors(box)
-    assert counts.gpu == 0 and counts.links == {0: {"CRC FLIT Error": 0, "CRC Data Error": 0, "Replay Error": 3,
-                                                    "Recovery Error": 0}}
-    up = public("dcgmi-nvlink-s_healthy_dcgm-exporter576-h100x8-570.124.06.txt")
-    gpu0 = by_gpu(health_nvlink.run(spec_with(), node_with_dcgmi(tmp_path, up, {0: box})))["health.nvlink.0"]
-    assert gpu0.status is Status.WARN and "link 0 Replay Error 3 since driver load" in gpu0.reason
+def test_dcgmi_error_counts_are_read_and_judged_with_the_nvidia_smi_counters_rule(tmp_path):
+    clean = public("dcgmi-nvlink-e_healthy_llm-action-h800-gpu1.txt")  # a real H800's box, every count 0
+    counts = dcgmi_nvlink.parse_dcgmi_nvlink_errors(clean)
+    assert counts.gpu == 1 and sorted(counts.links) == list(range(8))
+    assert counts.links[7] == {"CRC FLIT Error": 0, "CRC Data Error": 0, "Replay Error": 0, "Recovery Error": 0}
+    up = public("dcgmi-nvlink-s_healthy_llm-action-h800x8-8links.txt")
+    gpu1 = by_gpu(health_nvlink.run(spec_with(), node_with_dcgmi(tmp_path / "a", up, {1: clean})))["health.nvlink.1"]
+    assert gpu1.status is Status.PASS and gpu1.details["errors"]["0"]["Replay Error"] == 0
+    # the same box with one count raised (no public capture of a faulty `dcgmi nvlink -e` was found)
+    faulty = clean.replace("| -> Replay Error             | 0 ", "| -> Replay Error             | 3 ", 1)
+    gpu1 = by_gpu(health_nvlink.run(spec_with(), node_with_dcgmi(tmp_path / "b", up, {1: faulty})))["health.nvlink.1"]
+    assert gpu1.status is Status.WARN and gpu1.details[verdicts.ACTION_KEY] == verdicts.RESET_GPU
+    assert "link 0 Replay Error 3 since driver load" in gpu1.reason
+
+
+def test_dcgmi_slots_a_gpu_does_not_have_are_not_links(tmp_path):
+    results = health_nvlink.run(spec_with(), node_with_dcgmi(tmp_path, public(
+        "dcgmi-nvlink-s_healthy_llm-action-h800x8-8links.txt")))  # 8 of 18 slots: the rest "_"
+    assert [r.status for r in results] == [Status.PASS] * 8 and results[0].observed == "8 links up"
 
 
 def test_no_dcgmi_either_keeps_the_counters_alone_path(tmp_path):

@@ -244,12 +244,11 @@ PARSERS = [
     Parser("verify.facts.dcgmi_nvlink:parse_dcgmi_link_status",
            lambda d: dcgmi_nvlink.parse_dcgmi_link_status(text(d)), (),
            _fixture("node/health/public/dcgmi-nvlink-s_faulty_dcgm198-h100nvl-all-down-3.3.7.txt",
-                    "node/health/public/dcgmi-nvlink-s_healthy_dcgm-exporter576-h100x8-570.124.06.txt")),
+                    "node/health/public/dcgmi-nvlink-s_healthy_dcgm-exporter576-h100x8-570.124.06.txt",
+                    "node/health/public/dcgmi-nvlink-s_healthy_llm-action-h800x8-8links.txt")),
     Parser("verify.facts.dcgmi_nvlink:parse_dcgmi_nvlink_errors",
            lambda d: dcgmi_nvlink.parse_dcgmi_nvlink_errors(text(d)), (),
-           [b"| NVLINK Error Counts                 |\n| GPU 1                               |\n"
-            b"| Link 0                      |                      |\n| -> CRC FLIT Error           | 0   |\n"]),
-    # ^ the box DCGM's dcgmi/Nvlink.cpp prints (DcgmiOutputTree); no citable capture of it was found
+           _fixture("node/health/public/dcgmi-nvlink-e_healthy_llm-action-h800-gpu1.txt")),
     Parser("verify.facts.smi_q:parse", lambda d: [smi_q.health_fields(g) for g in smi_q.parse(text(d))], (),
            _fixture("node/health/public/nvidia-smi-q_faulty_gpud-a10-remap-pending-535.129.03.txt",
                     "node/health/h200x2/cmd/nvidia-smi-q.stdout")),
