@@ -65,12 +65,45 @@ def steps(scratch: str) -> None:
             os.close(fd)
 
 
+# A fresh interpreter started as the hooks' launcher starts it (-I -S, the import directories found), stamping the
+# wall clock when its first line runs, after the imports and after the prolog; the parent stamps the start and
+# the end: interpreter start, imports, the prolog itself and the exit, per fresh process.
+STAGED = ("import time; began = time.time(); import sys; sys.path[0:0] = [sys.argv[1], *sys.argv[2].split(':')]; "
+          "import verify.cli; import verify.scheduler.cli; import pynvml; imported = time.time(); "
+          "code = verify.cli.main(sys.argv[3:]); done = time.time(); "
+          "sys.stderr.write(f'STAGES {began} {imported} {done}\\n'); sys.exit(code)")
+
+
+def fresh_stages(argv: list, runs: int) -> None:
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from scheduler_modes import hook_launch
+
+    launch = hook_launch(sys.executable)
+    python, parent, extra = launch[0], launch[4], launch[5]
+    stages: dict = {"start": [], "imports": [], "prolog": [], "exit": [], "whole": []}
+    for _ in range(runs):
+        spawned = time.time()
+        done = subprocess.run([python, "-IS", "-c", STAGED, parent, extra, *argv], capture_output=True, text=True)
+        ended = time.time()
+        line = next((x for x in done.stderr.splitlines() if x.startswith("STAGES ")), None)
+        if line is None:
+            print(f"fresh process: no stages ({done.returncode}): {done.stderr[-400:]}")
+            return
+        began, imported, finished = map(float, line.split()[1:])
+        for key, value in (("start", began - spawned), ("imports", imported - began), ("prolog", finished - imported),
+                           ("exit", ended - finished), ("whole", ended - spawned)):
+            stages[key].append(value * 1e3)
+    print(f"fresh prolog processes ({runs}), ms p50 / max: " + ", ".join(
+        f"{key} {sorted(v)[len(v) // 2]:.1f} / {max(v):.1f}" for key, v in stages.items()))
+
+
 def run() -> None:
     runs = int(sys.argv[1]) if len(sys.argv) > 1 else 5
     with tempfile.TemporaryDirectory(prefix="tunefleet-profile-") as scratch:
         argv = hook_argv(scratch)
         main(argv)  # the first run makes the state and reads the whole kernel log
         steps(scratch)
+        fresh_stages(argv, 30)
         profile = cProfile.Profile()
         walls = []
         for _ in range(runs):
