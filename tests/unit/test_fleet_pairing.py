@@ -62,6 +62,41 @@ def test_without_a_good_partner_a_failing_pair_stays_suspect():
     assert verdicts(["a", "b", "c"], results) == {"a": "suspect", "b": "suspect", "c": "untested"}
 
 
+def _retest_by_scanning(hosts, results):
+    """retest_round's rule read literally: per suspect, the first host of the fleet that passed, is not
+    busy and was not tried with it (a scan of the fleet per suspect, quadratic on a bad day)."""
+    passed = {h for r in results if r.passed for h in (r.server, r.client)}
+    failed_with, passed_with = {}, {}
+    for r in results:
+        side = passed_with if r.passed else failed_with
+        side.setdefault(r.server, set()).add(r.client)
+        side.setdefault(r.client, set()).add(r.server)
+    busy, pairs = set(), []
+    for suspect in [h for h in hosts if h in failed_with and h not in passed and len(failed_with[h]) < 2]:
+        tried = failed_with[suspect] | passed_with.get(suspect, set())
+        partner = next((h for h in hosts if h in passed and h not in busy and h not in tried and h != suspect), None)
+        if partner is not None:
+            busy.add(partner)
+            pairs.append((partner, suspect))
+    return pairs
+
+
+@given(host_lists, st.lists(st.tuples(st.integers(0, 11), st.integers(0, 11), st.booleans()), max_size=30))
+def test_the_retest_keeps_its_rule_with_a_cursor(hosts, raw):
+    results = [PairResult(hosts[a % len(hosts)], hosts[b % len(hosts)], ok) for a, b, ok in raw
+               if hosts and hosts[a % len(hosts)] != hosts[b % len(hosts)]]
+    assert retest_round(hosts, results) == _retest_by_scanning(hosts, results)
+
+
+def test_a_bad_day_at_ten_thousand_hosts_retests_every_suspect_once():
+    hosts = [f"gpu-{i:05d}" for i in range(10_000)]
+    first = [PairResult(a, b, i % 5 != 0) for i, (a, b) in enumerate(quick_rounds(hosts)[0])]  # 20 % fail
+    retest = retest_round(hosts, first)
+    suspects = {h for r in first if not r.passed for h in (r.server, r.client)}
+    assert sorted(s for _, s in retest) == sorted(suspects)
+    assert len({p for p, _ in retest}) == len(retest)  # each good partner serves one suspect
+
+
 def test_cli_prints_the_plan_as_json(capsys):
     assert main(["quick", "--hosts", json.dumps(["n1", "n2", "n3", "n4"])]) == 0
     assert json.loads(capsys.readouterr().out) == [[["n1", "n2"], ["n3", "n4"]]]

@@ -2,10 +2,11 @@
 
 Path MTU: the one host everybody fails to reach.
 
-Each host pings every other at the full MTU (network.path_mtu.<address>). A single host whose
-interface or switch port is left at 1500 makes every *other* host fail its check towards it,
-so, read node by node, the whole fleet looks bad. Read across the fleet, the failures point at
-one address: that host is blamed (FAIL), and the others' failures towards it become WARN with
+Each host pings its peers at the full MTU (network.path_mtu.<address>): a few per interface, each
+host pinged by as many (plugins/filter/verify_node_peers.py), or every other host. A single host
+whose interface or switch port is left at 1500 makes every host that pings it fail its check
+towards it, so, read node by node, many hosts look bad. Read across the fleet, the failures point
+at one address: that host is blamed (FAIL), and the others' failures towards it become WARN with
 the blamed host named.
 """
 from __future__ import annotations

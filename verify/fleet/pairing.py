@@ -241,17 +241,25 @@ def full_rounds(hosts: Sequence[str]) -> list:
 
 def retest_round(hosts: Sequence[str], results: Iterable[PairResult]) -> list:
     """Pairs that re-test each suspect (failed, never passed, not yet failed twice) with a partner
-    that has passed and that it has not been tested with; each good partner serves one suspect."""
+    that has passed and that it has not been tested with; each good partner serves one suspect.
+
+    Partners are the hosts that passed, in fleet order; the busy ones at the front are skipped for good
+    (cursor), so a bad day with thousands of suspects stays near-linear, not a scan of the fleet each."""
     results = list(results)
     passed = _hosts_with(results, True)
     failed_with = _partners(results, passed_flag=False)
     suspects = [h for h in hosts if h in failed_with and h not in passed and len(failed_with[h]) < 2]
     passed_with = _partners(results, passed_flag=True)
+    candidates = [h for h in dict.fromkeys(hosts) if h in passed]
     busy: set = set()
+    cursor = 0
     pairs = []
     for suspect in suspects:
         tried = failed_with[suspect] | passed_with.get(suspect, set())
-        partner = next((h for h in hosts if h in passed and h not in busy and h not in tried and h != suspect), None)
+        while cursor < len(candidates) and candidates[cursor] in busy:
+            cursor += 1
+        partner = next((candidates[i] for i in range(cursor, len(candidates))
+                        if candidates[i] not in busy and candidates[i] not in tried), None)
         if partner is None:
             continue
         busy.add(partner)
