@@ -180,6 +180,11 @@ def safe_mkdir(path: str, mode: int = PRIVATE_DIR) -> None:
     os.close(open_trusted_dir(path, create=True, mode=mode))
 
 
+def random_hex(nbytes: int) -> str:
+    """A name part no one can predict (the `secrets` module would load OpenSSL at every hook start)."""
+    return os.urandom(nbytes).hex()
+
+
 def make_unique_dir(parent: str, prefix: str, mode: int = PRIVATE_DIR, parent_mode: int = PRIVATE_DIR) -> str:
     """A new directory `parent/<prefix><random>` that did not exist before (never an existing one).
 
@@ -189,7 +194,7 @@ def make_unique_dir(parent: str, prefix: str, mode: int = PRIVATE_DIR, parent_mo
     parent_fd = open_trusted_dir(parent, create=True, mode=parent_mode, for_child=True)
     try:
         for _ in range(100):
-            name = f"{prefix}{os.urandom(4).hex()}"
+            name = f"{prefix}{random_hex(4)}"
             try:
                 os.mkdir(name, PRIVATE_DIR, dir_fd=parent_fd)
             except FileExistsError:
@@ -214,7 +219,7 @@ def write_in_dir(dir_fd: int, name: str, data: Union[str, bytes], mode: int = PR
     if "/" in name or name in ("", ".", ".."):
         raise ValueError(f"not a plain file name: {name!r}")
     payload = data.encode("utf-8") if isinstance(data, str) else data
-    temp = f".{name}.{os.urandom(6).hex()}.tmp"
+    temp = f".{name}.{random_hex(6)}.tmp"
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
     fd = os.open(temp, flags, PRIVATE_FILE, dir_fd=dir_fd)
     try:

@@ -63,12 +63,7 @@ def test_a_predicted_scratch_directory_name_is_skipped_not_reused(tmp_path, monk
     shared, target = shared_dir(tmp_path), victim(tmp_path)
     names = iter(["aaaa", "aaaa", "bbbb"])
 
-    class Secrets:
-        @staticmethod
-        def token_hex(nbytes: int) -> str:
-            return next(names)
-
-    monkeypatch.setattr("verify.safe_io.secrets", Secrets)
+    monkeypatch.setattr("verify.safe_io.random_hex", lambda nbytes: next(names))
     os.symlink(target, shared / "tunefleet-storage-aaaa")  # a link to another directory
     results = storage.run(None, None, Node(), dict(SMALL, dir=str(shared)))
     assert results[0].status == Status.PASS
