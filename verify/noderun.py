@@ -58,7 +58,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--archive", required=True, help="tar.gz of the reports, for one fetch")
     parser.add_argument("--python-search", default="",
                         help="the answer of verify.fleet.node_python: which interpreter runs this, what was tried")
+    parser.add_argument("--root", default="/",
+                        help="absolute root of the tree to read /proc, /sys and /etc from (verify_node_root; "
+                             "a tree other than / is read, never the live node, and its benchmarks SKIP)")
     args = parser.parse_args(argv)
+    if not os.path.isabs(args.root):
+        print(f"verify_node_root must be an absolute path, got {args.root!r}", file=sys.stderr)
+        return 2
     from verify.cli import main as verify_main
 
     if args.python_search:
@@ -66,7 +72,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     # --no-history: a fleet run's history is kept once, on the controller (verify.fleet.recording.finish_fleet).
     code = verify_main(["verify", "--local", "--spec", args.spec, "--out", args.out, "--format", args.format,
-                        "--quiet", "--no-history"])
+                        "--root", args.root, "--quiet", "--no-history"])
     if not os.path.isfile(os.path.join(args.out, "report.json")):
         print(f"verify exited {code} without writing {args.out}/report.json", file=sys.stderr)
         return 3
