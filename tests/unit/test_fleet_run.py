@@ -88,3 +88,20 @@ def test_a_node_run_without_a_report_is_exit_3_not_a_verdict(tmp_path, capsys):
     assert code == 3
     assert "without writing" in capsys.readouterr().err
     assert not (tmp_path / "r.tar.gz").exists()
+
+
+def test_the_node_reads_the_tree_verify_node_root_names_and_refuses_a_relative_one(tmp_path, capsys, monkeypatch):
+    import verify.cli
+    from verify.noderun import main
+
+    seen = []
+    monkeypatch.setattr(verify.cli, "main", lambda argv: seen.append(argv) or 0)
+    (tmp_path / "spec.json").write_text("{}")
+    common = ["--spec", str(tmp_path / "spec.json"), "--out", str(tmp_path / "out"), "--archive", str(tmp_path / "r")]
+    assert main(common + ["--root", "snap/tree"]) == 2
+    assert "verify_node_root must be an absolute path, got 'snap/tree'" in capsys.readouterr().err
+    assert seen == []  # refused before verify ran
+    main(common + ["--root", str(tmp_path / "tree")])
+    assert seen[0][seen[0].index("--root") + 1] == str(tmp_path / "tree")
+    main(common)
+    assert seen[1][seen[1].index("--root") + 1] == "/"
