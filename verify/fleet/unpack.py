@@ -1,0 +1,111 @@
+"""Every node's report archive of a fleet run unpacked on the controller in one process.
+
+Each node sends one archive, <run>/<host>/reports.tar.gz (verify.noderun.archive_reports: its report
+files, flat). Unpacking it with one Ansible task per host cost the controller a fork and a module run
+per host (benchmarks/fleet_controller_cost.py); playbooks/verify.yml runs this once, before the fleet
+report, instead.
+
+The archive comes from a node, and the controller runs as root: only what noderun writes is taken
+(regular files with a plain name, not hidden, at most MAX_MEMBERS of them, MAX_BYTES in all), each
+written through verify.safe_io into the host's directory (private, never through a link); an archive
+holding anything else is refused whole, naming the host and the member, and that host has no report.
+
+    python3 -m verify.fleet.unpack RUN_DIR
+"""
+from __future__ import annotations
+
+import io
+import os
+import sys
+import tarfile
+from typing import Optional, Sequence
+
+from verify.safe_io import (
+    PRIVATE_FILE,
+    UnsafePathError,
+    is_plain_component,
+    open_trusted_dir,
+    read_capped,
+    write_in_dir,
+)
+
+ARCHIVE = "reports.tar.gz"
+MAX_MEMBERS = 64            # noderun writes one file per format (json, md, junit, prom, html): a handful
+MAX_BYTES = 64 << 20        # all members together, unpacked; a node report is ~100 KB a format
+MAX_ARCHIVE_BYTES = 32 << 20
+
+
+class UnpackError(ValueError):
+    """A node's archive holds something noderun never writes; the message names the archive and why."""
+
+
+def read_members(archive: str) -> list:
+    """[(name, bytes)] of the archive's plain regular files; UnpackError for anything else."""
+    members = []
+    total = 0
+    try:
+        data = read_capped(archive, MAX_ARCHIVE_BYTES)  # a regular file, not followed through a link
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+            for member in tar:
+                if len(members) == MAX_MEMBERS:
+                    raise UnpackError(f"{archive}: more than {MAX_MEMBERS} members")
+                if not member.isreg() or not is_plain_component(member.name) or member.name.startswith("."):
+                    raise UnpackError(f"{archive}: member {member.name!r} is not a plain regular file")
+                total += member.size
+                if total > MAX_BYTES:
+                    raise UnpackError(f"{archive}: more than {MAX_BYTES} bytes unpacked")
+                handle = tar.extractfile(member)
+                members.append((member.name, handle.read(member.size) if handle else b""))
+    except (tarfile.TarError, EOFError, OSError) as exc:
+        raise UnpackError(f"{archive}: not a readable tar.gz ({exc})") from None
+    return members
+
+
+def unpack_host(host_dir: str) -> int:
+    """Unpack <host_dir>/reports.tar.gz into host_dir; the number of files written."""
+    members = read_members(os.path.join(host_dir, ARCHIVE))  # all checked before the first write
+    dir_fd = open_trusted_dir(host_dir)
+    try:
+        for name, content in members:
+            write_in_dir(dir_fd, name, content, PRIVATE_FILE)
+    finally:
+        os.close(dir_fd)
+    return len(members)
+
+
+def unpack_run(run_dir: str) -> tuple:
+    """(hosts unpacked, one line per host refused). Hosts without an archive (lost, or never run) are
+    left alone: verify.fleet.rerun names them."""
+    done = 0
+    refused = []
+    dir_fd = open_trusted_dir(run_dir)
+    try:
+        names = sorted(os.listdir(dir_fd))
+    finally:
+        os.close(dir_fd)
+    for host in names:
+        host_dir = os.path.join(run_dir, host)
+        if not is_plain_component(host) or not os.path.isfile(os.path.join(host_dir, ARCHIVE)):
+            continue
+        try:
+            unpack_host(host_dir)
+            done += 1
+        except (UnpackError, UnsafePathError) as exc:
+            refused.append(f"{host}: reports not unpacked: {exc}")
+    return done, refused
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 1:
+        print("usage: python3 -m verify.fleet.unpack RUN_DIR", file=sys.stderr)
+        return 2
+    done, refused = unpack_run(args[0])
+    for line in refused:
+        print(line)
+    print(f"reports unpacked for {done} host(s)" + (f", refused for {len(refused)}" if refused else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
