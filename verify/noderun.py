@@ -16,6 +16,8 @@ from typing import Optional, Sequence
 
 from verify.safe_io import PRIVATE_FILE, check_dir_trusted, write_file_atomic
 
+MAX_SPEC_BYTES = 4 << 20  # a desired state is a few KB; verify.bounded_load caps its parse too
+
 
 def archive_reports(report_dir: str, archive: str) -> int:
     """Pack the report files flat (no directory) so the controller unpacks them into <run>/<host>/.
@@ -53,6 +55,9 @@ def spec_with_python(spec_path: str, search_path: str) -> str:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m verify.noderun")
     parser.add_argument("--spec", required=True)
+    parser.add_argument("--spec-stdin", action="store_true",
+                        help="the desired state arrives on stdin (the play renders it on the controller): written to "
+                             "--spec first, saving the node a template task (a remote stat and a copy)")
     parser.add_argument("--out", required=True, help="directory for the reports")
     parser.add_argument("--format", default="json,md,junit,prom")
     parser.add_argument("--archive", required=True, help="tar.gz of the reports, for one fetch")
@@ -67,6 +72,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     from verify.cli import main as verify_main
 
+    if args.spec_stdin:
+        text = sys.stdin.buffer.read(MAX_SPEC_BYTES + 1)
+        if len(text) > MAX_SPEC_BYTES:
+            print(f"the desired state on stdin is over {MAX_SPEC_BYTES} bytes", file=sys.stderr)
+            return 2
+        write_file_atomic(args.spec, text, PRIVATE_FILE)
     if args.python_search:
         args.spec = spec_with_python(args.spec, args.python_search)
 

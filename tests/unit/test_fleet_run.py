@@ -105,3 +105,24 @@ def test_the_node_reads_the_tree_verify_node_root_names_and_refuses_a_relative_o
     assert seen[0][seen[0].index("--root") + 1] == str(tmp_path / "tree")
     main(common)
     assert seen[1][seen[1].index("--root") + 1] == "/"
+
+
+def test_the_desired_state_sent_on_stdin_is_written_where_spec_names_and_judged_from_there(tmp_path, monkeypatch):
+    import io
+
+    import verify.cli
+    import verify.noderun
+    from verify.noderun import main
+
+    seen = []
+    monkeypatch.setattr(verify.cli, "main", lambda argv: seen.append(argv) or 0)
+    spec = tmp_path / "desired_state.json"
+    common = ["--spec", str(spec), "--spec-stdin", "--out", str(tmp_path / "out"), "--archive", str(tmp_path / "r")]
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b'{"schema": "tunefleet.desired_state/v1"}')))
+    main(common)
+    assert spec.read_text() == '{"schema": "tunefleet.desired_state/v1"}'
+    assert spec.stat().st_mode & 0o777 == 0o600
+    assert seen[0][seen[0].index("--spec") + 1] == str(spec)
+    monkeypatch.setattr(verify.noderun, "MAX_SPEC_BYTES", 8)
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b'{"too": "long"}')))
+    assert main(common) == 2 and len(seen) == 1  # refused before verify ran
