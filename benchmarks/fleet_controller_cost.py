@@ -10,8 +10,9 @@ node side is real: the bundle shipped, the interpreter search, the desired state
 config checks run by verify.noderun, the reports fetched and unpacked; each host reads its own copy
 of a recorded node tree (verify_node_root, default tests/fixtures/node/snapshots/ci_vm/tree), so
 nothing reads or changes this machine's own settings and the benchmark rows SKIP (a tree is not a
-live node; this machine has no GPU either). Path MTU probing is off (verify_node_path_mtu: false):
-its peer list is measured on its own (issue 38 item 3).
+live node; this machine has no GPU either). Path MTU is on with one peer named in the inventory: the
+addresses are gathered as in a default run, the all-host peer list (issue 38 item 3) is not built, and
+the probe itself SKIPs over a tree.
 
 Controller CPU is split from node CPU like this. On the local connection the node side runs as
 children of Ansible's forks, so getrusage(RUSAGE_CHILDREN) around ansible-playbook holds both.
@@ -129,7 +130,9 @@ def inventory(work: Path, count: int) -> dict:
         "ansible_become": False,
         # What inventory/local/group_vars/all.yml says for this machine, as the recorded tree's desired state did.
         "network_interfaces": [], "storage_allow_no_match": True,
-        "verify_node_path_mtu": False,
+        # Path MTU on, with one peer named: the play gathers the addresses as a default run does, and skips
+        # the all-host peer list (issue 38 item 3 bounds it); over a tree the node's probe SKIPs.
+        "verify_node_path_mtu": True, "network_path_mtu_peers": ["127.0.0.2"],
     }}}
 
 
