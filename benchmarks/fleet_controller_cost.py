@@ -60,8 +60,12 @@ NODE_PYTHON = "/usr/bin/python3"
 
 # Every command Ansible runs on a host of this benchmark: /bin/sh -c COMMAND, then one record file
 # (start, end, bash `times`: its own then its children's user and system CPU, the command text).
+# The variable passes to the commands it starts: verify on the node, and nothing there reads it.
 # No subshell before `times`: a subshell's times are its own, not this shell's.
 SHELL_WRAPPER = """#!/bin/bash
+# Ansible hands the shell a command that starts the shell again (executable -c '...'): record the outer one only.
+if [ -n "$TUNEFLEET_BENCH_RECORDING" ]; then exec /bin/sh -c "$2"; fi
+export TUNEFLEET_BENCH_RECORDING=1
 start=$EPOCHREALTIME
 /bin/sh -c "$2"
 rc=$?
@@ -244,13 +248,16 @@ def main() -> int:
                              "costs CPU: the figures of that run include it)")
     parser.add_argument("--rows-out", type=Path, help="write the first host's report rows here (before/after diff)")
     parser.add_argument("--json-out", type=Path, help="write the measured runs here")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory (records, reports) and say where")
     args = parser.parse_args()
     sizes = sorted(int(s) for s in args.sizes.split(","))
     print(f"{os.uname().nodename}: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; forks {args.forks}; "
           f"node tree {args.tree}")
     runs = []
-    with tempfile.TemporaryDirectory(prefix="tunefleet-fleet-cost-") as tmp:
-        work = Path(tmp)
+    work = Path(tempfile.mkdtemp(prefix="tunefleet-fleet-cost-"))
+    try:
+        if args.keep:
+            print(f"work directory (kept): {work}")
         prepare_hosts(work, max(sizes), args.tree)
         print(f"{'hosts':>5} {'wall s':>8} {'ctrl CPU s':>10} {'(main)':>8} {'node CPU s':>10} "
               f"{'node wall/host':>14} {'tasks/host':>10} {'node cmds/host':>14}")
@@ -270,6 +277,9 @@ def main() -> int:
                 args.rows_out.write_text(json.dumps(host_rows(run_dir, host_name(1), work), indent=1) + "\n")
         if args.json_out:
             args.json_out.write_text(json.dumps([asdict(r) for r in runs], indent=1) + "\n")
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
     controller, controller_fixed = slope([(r.hosts, r.controller_cpu_s) for r in runs])
     main_cpu, _ = slope([(r.hosts, r.main_cpu_s) for r in runs])
     node, _ = slope([(r.hosts, r.node_cpu_s) for r in runs])

@@ -92,3 +92,25 @@ def test_the_command_the_play_runs_says_how_many_hosts_it_unpacked(tmp_path, cap
     assert main([str(run)]) == 0
     assert capsys.readouterr().out.strip() == "reports unpacked for 1 host(s)"
     assert main([]) == 2
+
+
+def test_the_plays_cross_node_records_land_in_each_host_directory_that_exists(tmp_path):
+    import json
+
+    from verify.fleet.unpack import RECORDS, write_records
+
+    run = tmp_path / "run"
+    node_archive(tmp_path, run, "n1", {"report.json": "{}"})
+    node_archive(tmp_path, run, "n2", {"report.json": "{}"})
+    skip = [{"check_id": "fleet.rdma_pairwise", "status": "SKIP", "observed": "no RDMA device"}]
+    (run / RECORDS).write_text(json.dumps({
+        "crossnode-rdma.json": {"n1": skip, "n2": None, "lost": skip, "../n1": skip},
+        "../../etc/passwd": {"n1": skip}}))
+    written, refused = write_records(str(run))
+    assert written == 1
+    assert json.loads((run / "n1" / "crossnode-rdma.json").read_text()) == skip
+    assert os.stat(run / "n1" / "crossnode-rdma.json").st_mode & 0o777 == 0o644
+    assert not (run / "n2" / "crossnode-rdma.json").exists()  # no record kept for it
+    assert not (run / "lost").exists()  # a host that never reported gets no directory
+    assert refused == [f"{RECORDS}: '../../etc/passwd' is not a crossnode-NAME.json mapped to hosts"]
+    assert write_records(str(tmp_path)) == (0, [])  # a run without records (no RDMA pairing)
