@@ -163,7 +163,7 @@ def read_records(log_dir: Path, work: Path) -> tuple:
     return cpu, wall, commands, other_cpu
 
 
-def run_play(work: Path, count: int, forks: int, profile_tasks: bool) -> tuple:
+def run_play(work: Path, count: int, forks: int, profile_tasks: bool, pipelining: bool = False) -> tuple:
     """(Run, the play's stdout)."""
     inventory_file = work / f"inventory-{count}.json"
     inventory_file.write_text(json.dumps(inventory(work, count)))
@@ -179,6 +179,8 @@ def run_play(work: Path, count: int, forks: int, profile_tasks: bool) -> tuple:
     main_cpu_file.unlink(missing_ok=True)
     env = dict(ansible_env(REPO, {"ANSIBLE_EXECUTABLE": str(wrapper), "ANSIBLE_FORKS": str(forks),
                                   "ANSIBLE_NOCOLOR": "1", "ANSIBLE_LOCAL_TEMP": str(work / "local-tmp")}))
+    if pipelining:
+        env["ANSIBLE_PIPELINING"] = "True"
     if profile_tasks:
         env.update({"ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.profile_tasks",
                     "PROFILE_TASKS_TASK_OUTPUT_LIMIT": "all", "PROFILE_TASKS_SORT_ORDER": "descending"})
@@ -249,10 +251,13 @@ def main() -> int:
     parser.add_argument("--rows-out", type=Path, help="write the first host's report rows here (before/after diff)")
     parser.add_argument("--json-out", type=Path, help="write the measured runs here")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (records, reports) and say where")
+    parser.add_argument("--pipelining", action="store_true",
+                        help="ANSIBLE_PIPELINING=True: one command per module instead of four (mkdir, chmod, python, "
+                             "rm), as ansible.cfg's ssh_connection pipelining does over SSH")
     args = parser.parse_args()
     sizes = sorted(int(s) for s in args.sizes.split(","))
     print(f"{os.uname().nodename}: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; forks {args.forks}; "
-          f"node tree {args.tree}")
+          f"pipelining {'on' if args.pipelining else 'off'}; node tree {args.tree}")
     runs = []
     work = Path(tempfile.mkdtemp(prefix="tunefleet-fleet-cost-"))
     try:
@@ -263,7 +268,7 @@ def main() -> int:
               f"{'node wall/host':>14} {'tasks/host':>10} {'node cmds/host':>14}")
         for size in sizes:
             profile = args.profile_tasks and size == sizes[-1]
-            run, stdout = run_play(work, size, args.forks, profile)
+            run, stdout = run_play(work, size, args.forks, profile, args.pipelining)
             runs.append(run)
             print(f"{run.hosts:5} {run.wall_s:8.1f} {run.controller_cpu_s:10.1f} {run.main_cpu_s:8.1f} "
                   f"{run.node_cpu_s:10.1f} {run.node_wall_per_host_s:14.2f} {run.tasks_per_host:10.1f} "

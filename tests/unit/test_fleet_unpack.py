@@ -104,7 +104,7 @@ def test_the_plays_cross_node_records_land_in_each_host_directory_that_exists(tm
     node_archive(tmp_path, run, "n2", {"report.json": "{}"})
     skip = [{"check_id": "fleet.rdma_pairwise", "status": "SKIP", "observed": "no RDMA device"}]
     (run / RECORDS).write_text(json.dumps({
-        "crossnode-rdma.json": {"n1": skip, "n2": None, "lost": skip, "../n1": skip},
+        "crossnode-rdma.json": {"n1": skip, "n2": [], "lost": skip, "../n1": skip},
         "../../etc/passwd": {"n1": skip}}))
     written, refused = write_records(str(run))
     assert written == 1

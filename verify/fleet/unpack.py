@@ -12,7 +12,7 @@ holding anything else is refused whole, naming the host and the member, and that
 
 The nodes' play also keeps cross-node records per host as facts (roles/verify_node/tasks/rdma.yml) and the
 fleet report play writes them all in one file, <run>/crossnode-records.json ({"crossnode-NAME.json": {host:
-records or null}}): written here into each host's directory that exists, as a copy task per host did.
+records, or [] for none}}): written here into each host's directory that exists, as a copy task per host did.
 
     python3 -m verify.fleet.unpack RUN_DIR
 """
@@ -126,7 +126,7 @@ def write_records(run_dir: str) -> tuple:
             continue
         for host, records in sorted(by_host.items()):
             host_dir = os.path.join(run_dir, host)
-            if records is None or not is_plain_component(host) or not os.path.isdir(host_dir):
+            if not records or not is_plain_component(host) or not os.path.isdir(host_dir):
                 continue
             dir_fd = open_trusted_dir(host_dir)
             try:
