@@ -27,11 +27,14 @@ strategy: one process, it cannot use more than one core) is measured apart by ru
 MAIN_SHIM, which records its RUSAGE_SELF at exit.
 
 The 1,000-host estimate (printed) is the model
-    wall(N) = fixed + N * max(main_cpu_per_host, controller_cpu_per_host / cores) + ceil(N / forks) * node_wall_per_host
-(the forks' work spreads over the controller's cores, the strategy process does not; each batch of
-`forks` hosts waits for its slowest node's own work, node_wall_per_host, measured here as the sum of
-the wall times of one host's node commands). CPU seconds (rusage) hold up on a shared machine; wall
-times there do not: they are printed, the estimate uses CPU and the node's own wall.
+    wall(N) = fixed + N * max(main_cpu_per_host, controller_cpu_per_host / cores) + ceil(N / forks) * node_wall
+(fixed: the fitted controller CPU of a run of no host, its serial steps; the forks' work spreads over the
+controller's cores, the strategy process's does not; each batch of
+`forks` hosts waits for its nodes' own work, node_wall: the sum of the wall times of one host's node
+commands in the least contended run, plus --node-bench-s for the quick benchmarks, which SKIP here).
+It adds the controller's part and the nodes' part as if they never overlapped; the lower bound printed
+with it takes the larger of the two. CPU seconds (rusage) hold up on a shared machine; wall times there
+do not: they are printed, and the estimate uses CPU and the least contended node wall.
 """
 from __future__ import annotations
 
@@ -225,10 +228,12 @@ def slope(points: list) -> tuple:
 
 
 def estimate_wall_s(hosts: int, fixed_s: float, main_per_host: float, controller_per_host: float,
-                    node_wall_per_host: float, cores: int, forks: int) -> float:
-    """The model of the module docstring."""
-    return (fixed_s + hosts * max(main_per_host, controller_per_host / cores)
-            + math.ceil(hosts / forks) * node_wall_per_host)
+                    node_wall_per_host: float, cores: int, forks: int) -> tuple:
+    """(the model of the module docstring, its lower bound): the controller's part and the nodes' part added, as
+    if the controller never worked while the nodes did; the bound takes the larger of the two, as if it always did."""
+    controller_s = hosts * max(main_per_host, controller_per_host / cores)
+    nodes_s = math.ceil(hosts / forks) * node_wall_per_host
+    return fixed_s + controller_s + nodes_s, fixed_s + max(controller_s, nodes_s)
 
 
 def host_rows(run_dir: Path, host: str, work: Path) -> list:
@@ -243,7 +248,12 @@ def main() -> int:
     parser.add_argument("--sizes", default="1,10,50,100")
     parser.add_argument("--forks", type=int, default=50, help="Ansible forks (ansible.cfg: 50)")
     parser.add_argument("--cores", type=int, default=16, help="controller cores of the 1,000-host estimate")
-    parser.add_argument("--estimate-forks", type=int, default=100, help="forks of the 1,000-host estimate")
+    parser.add_argument("--estimate-forks", type=int, default=250, help="forks of the 1,000-host estimate")
+    parser.add_argument("--node-bench-s", type=float, default=31.4,
+                        help="wall of a node's quick benchmarks added to the estimate (31.4 s: the quick set on "
+                             "2x H200, docs/measurements.md; they SKIP here)")
+    parser.add_argument("--from-json", type=Path, nargs="+",
+                        help="fit and estimate from runs saved by --json-out instead of measuring")
     parser.add_argument("--tree", type=Path, default=DEFAULT_TREE, help="the node tree every host reads a copy of")
     parser.add_argument("--profile-tasks", action="store_true",
                         help="also print ansible.posix.profile_tasks' table of the largest size (its callback "
@@ -255,6 +265,12 @@ def main() -> int:
                         help="ANSIBLE_PIPELINING=True: one command per module instead of four (mkdir, chmod, python, "
                              "rm), as ansible.cfg's ssh_connection pipelining does over SSH")
     args = parser.parse_args()
+    if args.from_json:
+        saved = [Run(**r) for path in args.from_json for r in json.loads(path.read_text())]
+        runs = sorted(saved, key=lambda r: r.hosts)
+        for run in runs:
+            print_run(run)
+        return fit_and_estimate(runs, args)
     sizes = sorted(int(s) for s in args.sizes.split(","))
     print(f"{os.uname().nodename}: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; forks {args.forks}; "
           f"pipelining {'on' if args.pipelining else 'off'}; node tree {args.tree}")
@@ -270,9 +286,7 @@ def main() -> int:
             profile = args.profile_tasks and size == sizes[-1]
             run, stdout = run_play(work, size, args.forks, profile, args.pipelining)
             runs.append(run)
-            print(f"{run.hosts:5} {run.wall_s:8.1f} {run.controller_cpu_s:10.1f} {run.main_cpu_s:8.1f} "
-                  f"{run.node_cpu_s:10.1f} {run.node_wall_per_host_s:14.2f} {run.tasks_per_host:10.1f} "
-                  f"{run.node_commands_per_host:14.1f}" + ("  (profile_tasks on)" if profile else ""), flush=True)
+            print_run(run, "  (profile_tasks on)" if profile else "")
             if profile:
                 table = stdout[stdout.rfind("=" * 20):] if "=" * 20 in stdout else stdout[-6000:]
                 print("profile_tasks (wall per task, all hosts of the task together):")
@@ -285,21 +299,41 @@ def main() -> int:
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
+    return fit_and_estimate(runs, args)
+
+
+def print_run(run: Run, note: str = "") -> None:
+    print(f"{run.hosts:5} {run.wall_s:8.1f} {run.controller_cpu_s:10.1f} {run.main_cpu_s:8.1f} "
+          f"{run.node_cpu_s:10.1f} {run.node_wall_per_host_s:14.2f} {run.tasks_per_host:10.1f} "
+          f"{run.node_commands_per_host:14.1f}{note}", flush=True)
+
+
+def fit_and_estimate(runs: list, args) -> int:
+    sizes = [r.hosts for r in runs]
     controller, controller_fixed = slope([(r.hosts, r.controller_cpu_s) for r in runs])
     main_cpu, _ = slope([(r.hosts, r.main_cpu_s) for r in runs])
     node, _ = slope([(r.hosts, r.node_cpu_s) for r in runs])
     wall, _ = slope([(r.hosts, r.wall_s) for r in runs])
-    node_wall = max(r.node_wall_per_host_s for r in runs)
+    # The least contended run's: on this shared machine every node's commands wait for the CPU the other hosts
+    # and the controller use; a real node runs its own steps alone.
+    node_wall = min(r.node_wall_per_host_s for r in runs)
     print(f"per extra host (least squares over {sizes}): controller CPU {controller:.2f} s (of which the strategy "
           f"process {main_cpu:.2f} s), node CPU {node:.2f} s, wall here {wall:.2f} s; controller fixed cost "
           f"{controller_fixed:.1f} s CPU")
-    fixed = runs[0].wall_s  # the smallest fleet's whole wall time: the fixed part, and a little more
+    # The run's own steps on the controller (start, run directory, bundle, fleet report) are serial and CPU-bound:
+    # the fitted fixed CPU stands for their wall (the smallest run's wall here holds its node's wall and the
+    # machine's other load too).
+    fixed = max(controller_fixed, 0.0)
     for hosts in (1000, 10000):
-        estimate = estimate_wall_s(hosts, fixed, main_cpu, controller, node_wall, args.cores, args.estimate_forks)
-        print(f"{hosts} hosts on a {args.cores}-core controller, {args.estimate_forks} forks: about "
-              f"{estimate / 60:.1f} min (= {fixed:.0f} s fixed + {hosts} x max({main_cpu:.2f} s strategy, "
-              f"{controller:.2f} s / {args.cores} cores) + {math.ceil(hosts / args.estimate_forks)} batches x "
-              f"{node_wall:.1f} s node wall per host)")
+        for bench_s in (0.0, args.node_bench_s):
+            node_s = node_wall + bench_s
+            estimate, bound = estimate_wall_s(hosts, fixed, main_cpu, controller, node_s, args.cores,
+                                              args.estimate_forks)
+            what = f"config checks + {bench_s:.0f} s of quick benchmarks" if bench_s else "config checks"
+            print(f"{hosts} hosts, {what}, {args.cores}-core controller, {args.estimate_forks} forks: about "
+                  f"{estimate / 60:.1f} min (at least {bound / 60:.1f}) = {fixed:.0f} s fixed + {hosts} x "
+                  f"max({main_cpu:.2f} s strategy, {controller:.2f} s / {args.cores} cores) + "
+                  f"{math.ceil(hosts / args.estimate_forks)} batches x {node_s:.1f} s node wall")
     return 0
 
 
