@@ -126,3 +126,20 @@ def test_the_desired_state_sent_on_stdin_is_written_where_spec_names_and_judged_
     monkeypatch.setattr(verify.noderun, "MAX_SPEC_BYTES", 8)
     monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b'{"too": "long"}')))
     assert main(common) == 2 and len(seen) == 1  # refused before verify ran
+
+
+def test_forks_reach_ansible_runner_and_a_bad_count_is_refused_before_anything_runs(tmp_path, capsys):
+    import pytest
+
+    from verify.cli import main as cli_main
+
+    args = argparse.Namespace(inventory="inventory/local", limit=None, quiet=False, forks=250)
+    kwargs = runner_kwargs(args, Path("/opt/tunefleet"), tmp_path / "r" / "20260101T000000Z", "/tmp/w",
+                           Progress(write=lambda _: None))
+    assert kwargs["forks"] == 250
+    args.forks = None
+    assert "forks" not in runner_kwargs(args, Path("/opt/tunefleet"), tmp_path / "r" / "x", "/tmp/w",
+                                        Progress(write=lambda _: None))
+    with pytest.raises(SystemExit) as exit_:
+        cli_main(["verify", "-i", "inventory/local", "--forks", "0"])
+    assert exit_.value.code == 2 and "'0' is not a whole number of at least 1" in capsys.readouterr().err

@@ -106,6 +106,8 @@ def runner_kwargs(args, home: Path, run_dir: Path, work: str, progress: Progress
     }
     if args.limit:
         kwargs["limit"] = args.limit
+    if getattr(args, "forks", None):
+        kwargs["forks"] = args.forks
     if getattr(args, "profile", None):
         # Over every inventory's verify_profile: the user named it for this run.
         kwargs["extravars"]["verify_profile"] = args.profile
