@@ -96,8 +96,14 @@ pytest: $(STAMP) image
 ## random seed and many more examples (FUZZ_EXAMPLES, default 1500)
 FUZZ_TESTS := tests/unit/test_parsers_fuzz.py tests/unit/test_readers_total.py tests/unit/test_bench_bounds.py \
   tests/unit/test_engine_payloads.py tests/unit/test_bench_gpu.py tests/unit/test_functions_total.py
+# The seed is printed first, so a clean run can be reported and a failing one repeated (make fuzz FUZZ_SEED=...).
+ifndef FUZZ_SEED
+FUZZ_SEED := $(shell od -An -N4 -tu4 /dev/urandom | tr -d ' ')
+endif
 fuzz: $(STAMP)
-	TUNEFLEET_HYPOTHESIS_PROFILE=fuzz $(BIN)/pytest -q -p no:cacheprovider $(FUZZ_TESTS) -k "total or garbage or bound or payload" \
+	@echo "make fuzz: seed $(FUZZ_SEED), $${FUZZ_EXAMPLES:-1500} examples per property"
+	TUNEFLEET_HYPOTHESIS_PROFILE=fuzz $(BIN)/pytest -q -p no:cacheprovider --hypothesis-seed=$(FUZZ_SEED) $(FUZZ_TESTS) \
+	  -k "total or garbage or bound or payload" \
 	  2>&1 | grep -E '^(E  +(AssertionError|[A-Za-z.]*Hang)|FAILED)|passed|failed' | cut -c1-400
 
 molecule: $(STAMP)

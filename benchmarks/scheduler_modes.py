@@ -4,6 +4,9 @@ health|npd` against `tunefleet verify --local --no-bench`, in the same run, as t
 
     python3 benchmarks/scheduler_modes.py [--runs 100] [--verify-runs 20] [--profile NAME] [--busy]
 
+Each hook starts as the installed launcher starts it (roles/scheduler_hooks, tunefleet-check: the interpreter
+with -I -S, importing only verify and the directories of pynvml, jinja2, markupsafe and yaml); one more row
+starts the prolog as `python -m verify`, site-packages' .pth files included, as the tunefleet command does.
 The modes get `--spec FILE` as the installed hooks do (roles/scheduler_hooks renders it at install); one
 more row runs the prolog without --spec, from the state directory's cached rendering (the first run of
 that row renders and is not counted). Prints p50 / p99 wall seconds per mode over --runs runs (verify
@@ -39,7 +42,12 @@ from pathlib import Path
 from typing import Optional
 
 REPO = Path(__file__).resolve().parents[1]
-BUDGET_S = {"prolog": 0.5, "epilog": 0.5, "health": 5.0, "npd": 5.0, "prolog, no --spec (cached)": 0.5}
+sys.path.insert(0, str(REPO))
+from verify.isolated import BOOTSTRAP, HOOK_MODULES, import_entries  # noqa: E402
+
+HOOK_IMPORTS = tuple(name for name in HOOK_MODULES if name != "verify")  # verify comes from this checkout
+BUDGET_S = {"prolog": 0.5, "epilog": 0.5, "health": 5.0, "npd": 5.0, "prolog, no --spec (cached)": 0.5,
+            "prolog, python -m (site)": 0.5}
 NO_GPU = 3  # --busy without a GPU
 BUSY_FRACTION = 0.9  # of each GPU's free memory the busy job holds
 MATMUL_N = 8192  # the busy job's BF16 matmul: 1.1 TFLOP a launch, milliseconds on an H100
@@ -336,9 +344,21 @@ def report_nvml(timings: dict, prolog_p99: float) -> list:
     ]
 
 
+def hook_launch(python: str) -> list:
+    """The command line of the installed hooks' launcher (roles/scheduler_hooks, tunefleet-check.j2): this
+    interpreter isolated and without site, importing verify from this checkout and the rest from where this
+    interpreter finds them (verify.isolated.import_entries, as the role asks at install)."""
+    entries = import_entries(HOOK_IMPORTS)  # this process runs `python`: it finds what the hooks' python finds
+    extra = [entries[name] for name in HOOK_IMPORTS if name in entries]
+    return [python, "-IS", "-c", BOOTSTRAP, str(REPO), ":".join(dict.fromkeys(extra)), "verify"]
+
+
 def time_modes(args: argparse.Namespace, python: str, pids: Optional[set]) -> tuple:
-    """(rows of (name, times, exit codes), lines of the health textfile): every hook, then verify as reference."""
+    """(rows of (name, times, exit codes), lines of the health textfile): every hook as the installed launcher
+    starts it, the prolog once more as `python -m verify` (the tunefleet command's start, site included), then
+    verify as reference."""
     chosen = ["--profile", args.profile] if args.profile else []
+    launch = hook_launch(python)
     rows = []
     with tempfile.TemporaryDirectory(prefix="tunefleet-bench-") as scratch:
         os.chmod(scratch, 0o700)
@@ -349,10 +369,12 @@ def time_modes(args: argparse.Namespace, python: str, pids: Optional[set]) -> tu
         Path(spec_file).write_text(rendered.stdout)
         hook = ["--no-drain", "--state-dir", f"{scratch}/state", "--textfile-dir", f"{scratch}/textfile"]
         for mode in ("prolog", "epilog", "health", "npd"):
-            argv = [python, "-m", "verify", "check", "--mode", mode, "--spec", spec_file, *hook]
+            argv = [*launch, "check", "--mode", mode, "--spec", spec_file, *hook]
             rows.append((mode, *timed(argv, args.runs, pids)))
-        argv = [python, "-m", "verify", "check", "--mode", "prolog", *chosen, *hook]
+        argv = [*launch, "check", "--mode", "prolog", *chosen, *hook]
         rows.append(("prolog, no --spec (cached)", *timed(argv, args.runs, pids)))
+        argv = [python, "-m", "verify", "check", "--mode", "prolog", "--spec", spec_file, *hook]
+        rows.append(("prolog, python -m (site)", *timed(argv, args.runs, pids)))
         if args.verify_runs:
             argv = [python, "-m", "verify", "verify", "--local", "--no-bench", "--no-history", "--quiet", "--spec",
                     spec_file, "--format", "json", "--out", f"{scratch}/reports"]

@@ -126,6 +126,10 @@ def add_verify_parser(sub) -> argparse.ArgumentParser:
                    help="drill: with --local, answer the commands captured in DIR (<name>.argv + .stdout, "
                         "as tests/device/capture_health.sh writes them) with their captured output, run every "
                         "other command for real; the report says so (verify/inject.py)")
+    v.add_argument("--ib-fabric", metavar="FILE", default=None,
+                   help="with -i: judge the fabric side of every host's IB links from FILE, a captured "
+                        "`ibqueryerrors -r` output, each switch port's errors shown on the host it faces "
+                        "(verify/fleet/ib_fabric.py; the inventory's verify_node_ib_fabric_host runs it live)")
     v.add_argument("--probe-login", action="store_true",
                    help="also open a login session (su -l nobody) and record the ulimits it gets")
     add_verify_arguments(v)  # --history options (verify.history.cli)
@@ -203,6 +207,10 @@ def dispatch(args: argparse.Namespace) -> int:
     if args.command == "verify" and not args.inventory and (args.baseline or args.rules):
         print("tunefleet verify: --baseline/--rules judge a fleet run: use them with -i INVENTORY "
               "(or `tunefleet report DIR --baseline FILE`)", file=sys.stderr)
+        return 2
+    if args.command == "verify" and not args.inventory and getattr(args, "ib_fabric", None):
+        print("tunefleet verify: --ib-fabric joins the fabric to a fleet run: use it with -i INVENTORY",
+              file=sys.stderr)
         return 2
     if args.command == "verify" and args.inventory:
         from verify.fleet.run import main as run

@@ -14,6 +14,9 @@ tests/unit/test_security_imports.py keeps the two equal). Standard library only.
 """
 from __future__ import annotations
 
+import importlib.util
+import json
+import os
 import runpy
 import sys
 
@@ -21,10 +24,36 @@ from verify.safe_io import UnsafePathError, check_dir_trusted, trusted_import_di
 
 BOOTSTRAP = "import sys; sys.path.insert(0, sys.argv[1]); import verify.isolated; verify.isolated.main()"
 EXIT_REFUSED = 2  # bad input: a directory only someone else could have chosen
+# What a scheduler hook may import beyond the standard library: pynvml (GPU readings; else nvidia-smi) and,
+# for a hook without --spec that renders the desired state, jinja2, markupsafe and yaml.
+HOOK_MODULES = ("verify", "pynvml", "jinja2", "markupsafe", "yaml")
+
+
+def import_entries(names: tuple = HOOK_MODULES) -> dict:
+    """{module: the sys.path entry this interpreter imports it from} for each of `names` it has, found
+    without running any of them (find_spec): the hooks' launcher imports from these and nothing else."""
+    found = {}
+    for name in names:
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.origin or not os.path.isabs(spec.origin):
+            continue  # absent, or built in: nothing to put on the path
+        where = os.path.dirname(spec.origin)
+        found[name] = os.path.dirname(where) if spec.submodule_search_locations is not None else where
+    return found
+
+
+def print_import_entries() -> None:
+    """roles/scheduler_hooks asks the node's interpreter this at install (one JSON object)."""
+    print(json.dumps(import_entries()))
 
 
 def main() -> None:
-    parent, extra, module, args = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+    run(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:])
+
+
+def run(parent: str, extra: str, module: str, args: list) -> None:
+    """MODULE as __main__ with ARGS, after PARENT and each of EXTRA (':'-separated) passed the trust check;
+    the scheduler hooks' launcher (roles/scheduler_hooks, templates/tunefleet-check.j2) calls it directly."""
     try:
         check_dir_trusted(parent)
         dirs = trusted_import_dirs(extra.split(":") if extra else [])

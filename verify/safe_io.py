@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import secrets
 import stat
 import struct
 import sys
@@ -190,7 +189,7 @@ def make_unique_dir(parent: str, prefix: str, mode: int = PRIVATE_DIR, parent_mo
     parent_fd = open_trusted_dir(parent, create=True, mode=parent_mode, for_child=True)
     try:
         for _ in range(100):
-            name = f"{prefix}{secrets.token_hex(4)}"
+            name = f"{prefix}{os.urandom(4).hex()}"
             try:
                 os.mkdir(name, PRIVATE_DIR, dir_fd=parent_fd)
             except FileExistsError:
@@ -206,12 +205,16 @@ def make_unique_dir(parent: str, prefix: str, mode: int = PRIVATE_DIR, parent_mo
         os.close(parent_fd)
 
 
-def write_in_dir(dir_fd: int, name: str, data: Union[str, bytes], mode: int = PRIVATE_FILE) -> None:
-    """Write `name` in an open trusted directory: a new temporary file, mode set, synced, renamed over."""
+def write_in_dir(dir_fd: int, name: str, data: Union[str, bytes], mode: int = PRIVATE_FILE,
+                 durable: bool = True) -> None:
+    """Write `name` in an open trusted directory: a new temporary file, mode set, synced, renamed over.
+    durable=False leaves out the sync (readers still see the old file or the new one, never a part): for a
+    file that is worth nothing after a crash, which is a reboot (the scheduler hooks' state is per boot, a
+    metrics textfile is rewritten by the next run); each sync cost a hook 10-20 ms on a VM's disk."""
     if "/" in name or name in ("", ".", ".."):
         raise ValueError(f"not a plain file name: {name!r}")
     payload = data.encode("utf-8") if isinstance(data, str) else data
-    temp = f".{name}.{secrets.token_hex(6)}.tmp"
+    temp = f".{name}.{os.urandom(6).hex()}.tmp"
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
     fd = os.open(temp, flags, PRIVATE_FILE, dir_fd=dir_fd)
     try:
@@ -220,7 +223,8 @@ def write_in_dir(dir_fd: int, name: str, data: Union[str, bytes], mode: int = PR
             view = memoryview(payload)
             while view:
                 view = view[os.write(fd, view):]
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
         # rename replaces a symlink planted at `name` itself; it never writes through one.

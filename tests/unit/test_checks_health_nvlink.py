@@ -9,7 +9,7 @@ from tests.helpers.fake_node import FakeTree, desired_state
 from tests.helpers.replay import ReplayRunner
 from verify.checks import health_nvlink
 from verify.checks.health_common import COUNTERS_AT, PREVIOUS_COUNTERS_AT
-from verify.facts import links
+from verify.facts import dcgmi_nvlink, links
 from verify.judging import verdicts
 from verify.result import Status
 from verify.runner import CommandOutput
@@ -189,3 +189,77 @@ def test_counters_alone_are_judged_as_rates_naming_the_gpu_by_bus_and_the_link(t
     assert result.status is Status.FAIL and result.details[verdicts.ACTION_KEY] == verdicts.REBOOT
     assert result.reason.startswith("GPU 0 (00000000:83:00.0): errors: link 3 Replay Errors 4 in 10.0 min = 0.4/min")
     assert result.details["errors_since_last_run"] == {"3": {"Replay Errors": 4}}
+
+
+# ---- DCGM's view where nvidia-smi gives no link status (issue 36 item 8) ------------------------------------
+
+def node_with_dcgmi(tmp_path, status: str, errors: dict = None):
+    """nvidia-smi nvlink -s fails; dcgmi answers with `status` and, per GPU, `errors[gpu]` (else it fails)."""
+    tree = FakeTree(tmp_path).write("/proc/driver/nvidia/version", BANNER)
+    answers = {tuple(health_nvlink.STATUS_ARGV): CommandOutput([], 255, "", "Failed to query NVLink status", 0.1),
+               tuple(health_nvlink.DCGMI_STATUS_ARGV): CommandOutput([], 0, status, "", 0.1)}
+    for gpu, text in (errors or {}).items():
+        answers[tuple(health_nvlink.DCGMI_ERRORS_ARGV + [str(gpu)])] = CommandOutput([], 0, text, "", 0.1)
+    return tree.node(runner=ReplayRunner(answers), live=True)
+
+
+def test_dcgmi_link_status_all_down_fails_each_gpu_naming_the_links_and_the_source(tmp_path):
+    results = by_gpu(health_nvlink.run(spec_with(), node_with_dcgmi(tmp_path, public(
+        "dcgmi-nvlink-s_faulty_dcgm198-h100nvl-all-down-3.3.7.txt"))))
+    assert sorted(results) == ["health.nvlink.0", "health.nvlink.1"]
+    gpu0 = results["health.nvlink.0"]
+    assert gpu0.status is Status.FAIL and gpu0.details[verdicts.ACTION_KEY] == verdicts.REBOOT
+    assert "0 of 18 links up (inactive: 0, 1, 2" in gpu0.reason
+    assert gpu0.reason.endswith("(link states from dcgmi nvlink -s; link rate not read)")
+    assert gpu0.details["links_gbps"] is None and gpu0.details["links_up"]["17"] is False
+
+
+def test_dcgmi_link_status_all_up_passes_and_says_the_rate_was_not_read(tmp_path):
+    results = health_nvlink.run(spec_with(), node_with_dcgmi(tmp_path, public(
+        "dcgmi-nvlink-s_healthy_dcgm-exporter576-h100x8-570.124.06.txt")))
+    assert [r.status for r in results] == [Status.PASS] * 8
+    assert results[0].reason == "GPU 0: 18 links up (link states from dcgmi nvlink -s; link rate not read)"
+
+
+def test_dcgmi_error_counts_are_read_and_judged_with_the_nvidia_smi_counters_rule(tmp_path):
+    clean = public("dcgmi-nvlink-e_healthy_llm-action-h800-gpu1.txt")  # a real H800's box, every count 0
+    counts = dcgmi_nvlink.parse_dcgmi_nvlink_errors(clean)
+    assert counts.gpu == 1 and sorted(counts.links) == list(range(8))
+    assert counts.links[7] == {"CRC FLIT Error": 0, "CRC Data Error": 0, "Replay Error": 0, "Recovery Error": 0}
+    up = public("dcgmi-nvlink-s_healthy_llm-action-h800x8-8links.txt")
+    gpu1 = by_gpu(health_nvlink.run(spec_with(), node_with_dcgmi(tmp_path / "a", up, {1: clean})))["health.nvlink.1"]
+    assert gpu1.status is Status.PASS and gpu1.details["errors"]["0"]["Replay Error"] == 0
+    # the same box with one count raised (no public capture of a faulty `dcgmi nvlink -e` was found)
+    faulty = clean.replace("| -> Replay Error             | 0 ", "| -> Replay Error             | 3 ", 1)
+    gpu1 = by_gpu(health_nvlink.run(spec_with(), node_with_dcgmi(tmp_path / "b", up, {1: faulty})))["health.nvlink.1"]
+    assert gpu1.status is Status.WARN and gpu1.details[verdicts.ACTION_KEY] == verdicts.RESET_GPU
+    assert "link 0 Replay Error 3 since driver load" in gpu1.reason
+
+
+def test_dcgmi_slots_a_gpu_does_not_have_are_not_links(tmp_path):
+    results = health_nvlink.run(spec_with(), node_with_dcgmi(tmp_path, public(
+        "dcgmi-nvlink-s_healthy_llm-action-h800x8-8links.txt")))  # 8 of 18 slots: the rest "_"
+    assert [r.status for r in results] == [Status.PASS] * 8 and results[0].observed == "8 links up"
+
+
+def test_no_dcgmi_either_keeps_the_counters_alone_path(tmp_path):
+    node = node_without_status(tmp_path, H200_E)  # dcgmi not installed: the earlier behaviour, unchanged
+    results = health_nvlink.run(spec_with(), node)
+    assert [r.status for r in results] == [Status.PASS, Status.PASS]
+    assert ["dcgmi", "nvlink", "-s"] in node.runner.calls
+
+
+def test_dcgmi_captures_answer_through_inject_like_the_other_tools(tmp_path):
+    """`--inject DIR` with `dcgmi-nvlink-s.argv` / `.stdout` (the layout tests/device/capture_health.sh writes):
+    the tree's node has no nvidia-smi, dcgmi's capture answers, the check judges DCGM's states."""
+    from verify.inject import load, no_command
+
+    directory = tmp_path / "inject"
+    directory.mkdir(mode=0o700)
+    (directory / "dcgmi-nvlink-s.argv").write_text("dcgmi nvlink -s\n")
+    (directory / "dcgmi-nvlink-s.stdout").write_text(public("dcgmi-nvlink-s_faulty_dcgm198-h100nvl-all-down-3.3.7.txt"))
+    runner = load(str(directory), real=no_command)
+    node = FakeTree(tmp_path / "tree").write("/proc/driver/nvidia/version", BANNER).node(runner=runner, live=True)
+    results = health_nvlink.run(spec_with(), node)
+    assert [r.status for r in results] == [Status.FAIL, Status.FAIL]
+    assert runner.answered == ["dcgmi-nvlink-s"]

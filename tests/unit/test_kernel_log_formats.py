@@ -177,6 +177,31 @@ def test_parse_kmsg_record_is_total(raw):
     assert parsed is None or (0 <= parsed[0] < 128 and 0 <= parsed[1] < 1e15)
 
 
+KMSG_PARTS = [b"0", b"4", b"6", b"12", b"339", b"5140900", b"5140901", b"9" * 30, b",", b";", b"-", b"\n", b"\xff",
+              b"NVRM: Xid (PCI:0000:00:06): 79, GPU has fallen off the bus."]
+
+
+@given(st.binary(max_size=200) | st.lists(st.sampled_from(KMSG_PARTS), max_size=12).map(b"".join),
+       st.none() | st.sampled_from([0.0, 5.1409, 5.140899, 5.140901, 1e30]))
+def test_a_record_passed_over_unparsed_is_one_the_full_parse_would_drop(raw, after_s):
+    """read_kmsg skips records from their header bytes (passed_over): never one the full parse would keep, a
+    kernel-facility record newer than the cursor."""
+    from verify.scheduler import kernel_events
+
+    parsed = kernel_events.parse_kmsg_record(raw)
+    kept = parsed is not None and parsed[0] == 0 and (after_s is None or parsed[1] > after_s)
+    assert not (kept and kernel_events.passed_over(raw, after_s))
+
+
+def test_passed_over_skips_old_records_and_other_facilities_and_keeps_new_kernel_records():
+    from verify.scheduler import kernel_events
+
+    xid = b"4,1234,8213402117,-;NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.\n"
+    assert kernel_events.passed_over(xid, 8213.402117) and kernel_events.passed_over(xid, 9000.0)
+    assert not kernel_events.passed_over(xid, 8213.4) and not kernel_events.passed_over(xid, None)
+    assert kernel_events.passed_over(b"12,99,5,-;NVRM: Xid (PCI:0000:3b:00): 79, forged\n", None)  # user facility
+
+
 @given(st.text(max_size=200) | st.sampled_from(["9" * 5000 + " Gb/sec", "1.2.3 Gb/sec", "0 Gb/sec", "nan Gb/sec"]))
 def test_parse_rate_is_total(value):
     from verify.checks.health_ib import parse_rate

@@ -129,12 +129,12 @@ WRITE_ALLOWED = {
 COMMAND_MODULES = ("ansible.builtin.command", "ansible.builtin.shell", "ansible.builtin.raw", "ansible.builtin.script",
                    "command", "shell", "raw", "script")
 COMMAND_TASKS = {
-    "playbooks/verify.yml": 6,
+    "playbooks/verify.yml": 8,
     "roles/verify_node/tasks/pairwise.yml": 11,  # 2, and the round's 3 counted once per round (a YAML anchor, 3 rounds)
     "roles/verify_node/tasks/main.yml": 1, "roles/verify_node/tasks/multinode.yml": 1,
     "roles/verify_node/tasks/rdma_pairs.yml": 3, "roles/verify_node/tasks/rdma_round.yml": 1,
     "roles/verify_node/tasks/find_python.yml": 1, "roles/reboot/tasks/reboot.yml": 5,
-    "roles/scheduler_hooks/tasks/main.yml": 2, "roles/pcie/handlers/main.yml": 1,
+    "roles/scheduler_hooks/tasks/main.yml": 3, "roles/pcie/handlers/main.yml": 1,
     "roles/network/tasks/irqbalance.yml": 1, "roles/network/tasks/persist_networkmanager.yml": 1,
     "roles/network/tasks/ethtool_apply.yml": 1, "roles/network/tasks/ethtool_read.yml": 2,
     "roles/network/handlers/main.yml": 1, "roles/storage/handlers/main.yml": 1,

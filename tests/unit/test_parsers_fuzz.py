@@ -47,11 +47,13 @@ from verify.bench import common, dcgm_parse, gds_parse, nccl_parse, perftest, pe
 from verify.checks import common as checks_common  # noqa: E402
 from verify.checks import conflicts, ethtool_params, limits, nccl_conf, path_mtu, peermem  # noqa: E402
 from verify.facts import (  # noqa: E402
+    dcgmi_nvlink,
     fabric,
     gpu_processes,
     gpu_query,
     health_smi,
     ib_counters,
+    ib_fabric,
     kernel_log,
     links,
     nccl_settings,
@@ -228,6 +230,25 @@ PARSERS = [
     Parser("verify.facts.ib_counters:parse_perfquery", lambda d: ib_counters.parse_perfquery(text(d)), (),
            _fixture("node/health/public/perfquery-x_faulty_ibexporter-switch-linkdowned-discards.txt",
                     "node/health/public/perfquery-x_healthy_ibexporter-hca-lid133.txt")),
+    Parser("verify.facts.ib_fabric:parse_ibqueryerrors", lambda d: ib_fabric.parse_ibqueryerrors(text(d)), (),
+           _fixture("node/health/public/ibqueryerrors_faulty_linux-rdma-20210316-sx6036.txt",
+                    "node/health/public/ibqueryerrors_faulty_ucx9590-port-all-extended-fragment.txt")),
+    Parser("verify.facts.ib_fabric:parse_ibdiagnet_summary", lambda d: ib_fabric.parse_ibdiagnet_summary(text(d)), (),
+           [b"-I- Stage                     Warnings   Errors     Comment\n-I- Discovery                 3          0\n"
+            b"-I- Port Counters             2          1\n"]),  # the documented layout: no public capture found
+    Parser("verify.facts.ib_fabric:ports_from_facts",
+           lambda d: ib_fabric.ports_from_facts(bounded_load.loads_json_bounded(text(d), "ib_ports")),
+           (bounded_load.BoundedLoadError,),
+           [b'[{"port": "mlx4_0/1", "port_guid": "0xe41d2d0300e0bae1", "node_guid": null, '
+            b'"node_desc": "rd240 mlx4_0"}]']),
+    Parser("verify.facts.dcgmi_nvlink:parse_dcgmi_link_status",
+           lambda d: dcgmi_nvlink.parse_dcgmi_link_status(text(d)), (),
+           _fixture("node/health/public/dcgmi-nvlink-s_faulty_dcgm198-h100nvl-all-down-3.3.7.txt",
+                    "node/health/public/dcgmi-nvlink-s_healthy_dcgm-exporter576-h100x8-570.124.06.txt",
+                    "node/health/public/dcgmi-nvlink-s_healthy_llm-action-h800x8-8links.txt")),
+    Parser("verify.facts.dcgmi_nvlink:parse_dcgmi_nvlink_errors",
+           lambda d: dcgmi_nvlink.parse_dcgmi_nvlink_errors(text(d)), (),
+           _fixture("node/health/public/dcgmi-nvlink-e_healthy_llm-action-h800-gpu1.txt")),
     Parser("verify.facts.smi_q:parse", lambda d: [smi_q.health_fields(g) for g in smi_q.parse(text(d))], (),
            _fixture("node/health/public/nvidia-smi-q_faulty_gpud-a10-remap-pending-535.129.03.txt",
                     "node/health/h200x2/cmd/nvidia-smi-q.stdout")),
@@ -352,6 +373,8 @@ PARSERS = [
     Parser("verify.scheduler.kernel_events:parse_kmsg_record", lambda d: kernel_events.parse_kmsg_record(d), (),
            [b"6,339,5140900,-;NVRM: Xid (PCI:0000:00:06): 79, pid='<unknown>', name=<unknown>, GPU has fallen off "
             b"the bus.\n SUBSYSTEM=pci\n", b"4,1,0,-;usb 1-1: new device\n"]),
+    Parser("verify.scheduler.kernel_events:passed_over", lambda d: kernel_events.passed_over(d, 5.0), (),
+           [b"6,339,5140900,-;NVRM: Xid (PCI:0000:00:06): 79\n", b"12,99,5,-;x\n"]),
     Parser("verify.scheduler.state:parse", lambda d: scheduler_state.parse(text(d)), (ValueError,),
            [b'{"schema": "tunefleet.scheduler_state/v1", "boot_id": "x", "kernel_uptime_s": 1.5, "open_events": []}']),
     Parser("verify.facts.fabric:parse_smi_fabric", lambda d: fabric.parse_smi_fabric(text(d)),

@@ -4,6 +4,7 @@ desired state the hooks pass as --spec and byte-compiles the verify package, a s
 nothing, and scheduler_hooks_state=absent removes every file it installed."""
 from __future__ import annotations
 
+import ast
 import importlib.util
 import json
 import os
@@ -36,10 +37,22 @@ def play(root: Path, *extra: str, **variables) -> tuple:
     return int(recap.group(1)), out.stdout
 
 
+def wheel_data() -> tuple:
+    """setup.py's DATA: the files a wheel carries under verify/_data/ (read from there, its one home)."""
+    tree = ast.parse((REPO / "setup.py").read_text())
+    return next(ast.literal_eval(node.value) for node in tree.body if isinstance(node, ast.Assign)
+                and any(isinstance(t, ast.Name) and t.id == "DATA" for t in node.targets))
+
+
 def install_package(root: Path) -> Path:
-    """A copy of the verify package as a node has it installed, without bytecode (the role compiles it)."""
+    """A copy of the verify package as a node has it installed from the wheel (its _data included), without
+    bytecode (the role compiles it)."""
     package = root / "opt/tunefleet/verify"
     shutil.copytree(REPO / "verify", package, ignore=shutil.ignore_patterns("__pycache__", "_data"))
+    for source in (path for pattern in wheel_data() for path in sorted(REPO.glob(pattern))):
+        target = package / "_data" / source.relative_to(REPO)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
     return package
 
 
@@ -73,6 +86,19 @@ def test_install_is_idempotent_check_mode_tells_the_truth_and_absent_removes_it(
     defaults = (root / "etc/default/tunefleet").read_text()
     assert 'TUNEFLEET_CHECK_ARGS="--spec /etc/tunefleet/desired_state.json --state-dir' in defaults
     assert stale_modules(package) == [] and len(list(package.rglob("*.py"))) > 50  # every module compiled
+    # the hooks' launcher: this interpreter without site, importing the installed copy; the real hook script
+    # started through it judges the captured node and runs the job
+    launcher = root / "usr/local/libexec/tunefleet/tunefleet-check"
+    assert launcher.stat().st_mode & 0o777 == 0o755
+    assert launcher.read_text().splitlines()[0] == f"#!{sys.executable} -IS"
+    assert "TUNEFLEET=/usr/local/libexec/tunefleet/tunefleet-check\n" in defaults
+    started = subprocess.run([str(hook)], capture_output=True, text=True, timeout=120, cwd=root, env={
+        "PATH": "/usr/bin:/bin", "TUNEFLEET_NO_DEFAULTS": "1", "TUNEFLEET": str(launcher), "SLURMD_NODENAME": "tfnode",
+        "TUNEFLEET_CHECK_ARGS": f"--spec {rendered} --root {REPO / 'tests/fixtures/node'} --state-dir= "
+                                f"--textfile-dir= --report {tmp_path / 'prolog.json'} --no-drain"})
+    assert started.returncode == 0, started.stderr
+    report = json.loads((tmp_path / "prolog.json").read_text())
+    assert report["run"]["mode"] == "prolog" and report["results"]
     assert play(root)[0] == 0
     assert play(root, "-e", "scheduler_hooks_state=absent")[0] > 0
     left = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and package not in p.parents)

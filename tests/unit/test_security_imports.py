@@ -83,6 +83,8 @@ def _commands(node, found: list) -> list:
 def test_every_python_the_playbooks_start_runs_isolated_through_the_one_bootstrap():
     roles_vars = yaml.safe_load((REPO / "roles" / "verify_node" / "vars" / "main.yml").read_text())
     assert roles_vars["__verify_node_isolated"] == BOOTSTRAP
+    hooks_vars = yaml.safe_load((REPO / "roles" / "scheduler_hooks" / "vars" / "main.yml").read_text())
+    assert hooks_vars["__scheduler_hooks_bootstrap"] == BOOTSTRAP  # the hooks' launcher, started once at install
     pythons = 0
     for path in TASK_FILES:
         for name, argv, environment in _commands(yaml.safe_load(path.read_text()), []):

@@ -116,9 +116,10 @@ def _unused(port: dict, unused: list) -> bool:
     return port["port"] in unused or device in unused
 
 
-def _counter_findings(port: dict, rates: dict, ceiling: Threshold, previous: dict, minutes) -> tuple:
+def counter_findings(port: dict, rates: dict, ceiling: Threshold, previous: dict, minutes) -> tuple:
     """([(status, text)], {counter: since driver load}, {counter: per minute}) where a previous reading is
-    known. rates: {"errors": Threshold per minute, "link_downed": the flaps' Threshold per minute}."""
+    known. rates: {"errors": Threshold per minute, "link_downed": the flaps' Threshold per minute}. The one
+    judge of IB port counters: this node's ports here, the switch ports facing them in verify.fleet.ib_fabric."""
     findings, since_load, per_min = [], {}, {}
     for counter, count in sorted(port["counters"].items()):
         if counter in RECORDED_ONLY:
@@ -160,7 +161,7 @@ def judge_port(port: dict, rate: Threshold, ceiling: Threshold, strict: bool, gr
         status, why = rate.judge(observed_rate)
         if status is not Status.PASS:
             findings.append((Status.FAIL, f"rate {observed_rate:g} Gb/s: {why}"))
-    counted, since_load, per_min = _counter_findings(port, rates, ceiling, previous or {}, minutes)
+    counted, since_load, per_min = counter_findings(port, rates, ceiling, previous or {}, minutes)
     findings += counted
     details = dict(port, thresholds={"rate": rate.to_dict(), "errors": ceiling.to_dict()})
     if since_load:

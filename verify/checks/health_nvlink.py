@@ -13,6 +13,9 @@ PCIe / NVL cards whose NVLink needs a bridge (`nvlink_optional`) without any lin
 
 The error counters are judged on their own when the link status cannot be had (`nvlink -s` failed, or a
 capture holds `nvlink -e` alone): same rates and ceiling, the result says the status half is missing.
+Where `nvidia-smi nvlink -s` fails and DCGM answers (`dcgmi nvlink -s`, `dcgmi nvlink -e -g <gpu>`:
+verify.facts.dcgmi_nvlink), DCGM's link states and counters are judged the same way; dcgmi prints no link
+rate, so the rate is not judged then and the result says so.
 
 Verdicts (docs/verdicts.md holds the table): an inactive or missing link, or a link below its model's
 rate, is FAIL with action `reboot` on a baseboard (NVIDIA Health Validation, NVLink checks
@@ -30,6 +33,7 @@ from typing import Optional
 
 from verify.checks.common import result, skip
 from verify.checks.health_common import PREVIOUS_COUNTERS, ROLE, interval_min, judge_counter, threshold
+from verify.facts.dcgmi_nvlink import parse_dcgmi_link_status, parse_dcgmi_nvlink_errors
 from verify.facts.gpu_query import query_gpus
 from verify.facts.links import parse_nvlink_all_inactive, parse_nvlink_gpu_names
 from verify.facts.pci import driver_reason
@@ -40,6 +44,8 @@ from verify.result import Status
 
 STATUS_ARGV = ["nvidia-smi", "nvlink", "-s"]
 ERRORS_ARGV = ["nvidia-smi", "nvlink", "-e"]
+DCGMI_STATUS_ARGV = ["dcgmi", "nvlink", "-s"]
+DCGMI_ERRORS_ARGV = ["dcgmi", "nvlink", "-e", "-g"]  # + the GPU id
 JUDGED_COUNTERS = ("crc", "replay", "recovery")
 # With no earlier reading (the first run, or after a counter reset) one count since driver load is all there
 # is: any error is worth a look, and it FAILs only when large.
@@ -152,7 +158,7 @@ def expectation(spec: dict, node: Node, gpu: int, name: str, links: dict) -> Exp
             "derived: the links nvidia-smi lists for this GPU (its model is not in verify.judging.gpu_models)"))
     else:
         derived_links = None
-    own_fastest = max((s for s in links.values() if s is not None), default=0.0)
+    own_fastest = max((s for s in links.values() if s is not None and not isinstance(s, bool)), default=0.0)
     if model is not None and model.nvlink_smi_gbps_per_link:
         derived_speed = Threshold(limit=round(model.nvlink_smi_gbps_per_link * SPEED_TOLERANCE, 3), source=(
             f"GPU model {model.key}: nvidia-smi shows {model.nvlink_smi_gbps_per_link:g} GB/s per link "
@@ -249,18 +255,25 @@ def judge_counters_only(gpu: int, errors: dict, ceiling: Threshold, node: Node, 
 
 
 def judge_gpu(gpu: int, name: str, links: dict, errors: dict, want: Expectation, ceiling: Threshold,
-              node: Node, all_inactive: bool = False, rates: Optional[dict] = None):
-    """rates: {"crc": Threshold per minute, "replay": the replay / recovery errors' Threshold per minute}."""
+              node: Node, all_inactive: bool = False, rates: Optional[dict] = None, source: str = ""):
+    """rates: {"crc": Threshold per minute, "replay": the replay / recovery errors' Threshold per minute}.
+    source: where the link states came from when it was not `nvidia-smi nvlink -s` ("dcgmi nvlink -s"): the
+    states are {link: True (up) / None (down)} then, with no rate to judge."""
     rates = rates or {"crc": DERIVED_CRC_PER_MIN, "replay": DERIVED_REPLAY_PER_MIN}
     check_id = f"health.nvlink.{gpu}"
     who = f"GPU {gpu}" + (f" ({name})" if name else "")
     active = {link: speed for link, speed in links.items() if speed is not None}
-    details = {"links_gbps": {str(k): v for k, v in sorted(links.items())},
+    rates_read = not source
+    details = {"links_gbps": {str(k): v for k, v in sorted(links.items())} if rates_read else None,
                "errors": {str(k): v for k, v in sorted(errors.items())},
                "thresholds": {"links": want.links.to_dict(), "speed": want.speed.to_dict(),
                               "errors": ceiling.to_dict()}}
     expected = f">= {want.links.limit:.0f} links at >= {want.speed.limit:g} GB/s"
     observed = f"{len(active)} links up"
+    if not rates_read:
+        details["links_up"] = {str(k): v is not None for k, v in sorted(links.items())}
+        details["link_status"] = f"{source} (no link rate: not judged)"
+        expected = f">= {want.links.limit:.0f} links up"
     bridged = want.model is not None and want.model.nvlink_optional
     if bridged and not active and not want.overridden:
         # A PCIe / NVL card's NVLink exists only with a bridge; none fitted is a build choice, not a fault.
@@ -276,19 +289,21 @@ def judge_gpu(gpu: int, name: str, links: dict, errors: dict, want: Expectation,
     elif len(active) < len(links):  # more links listed than the bar asks, some of them down
         down = sorted(set(links) - set(active))
         findings.append((Status.FAIL, link_action, f"inactive: {', '.join(map(str, down))}"))
-    slow = {link: speed for link, speed in active.items() if speed < want.speed.limit}
+    slow = {link: speed for link, speed in active.items() if rates_read and speed < want.speed.limit}
     if slow:
         findings.append((Status.FAIL, link_action, "links below " + f"{want.speed.limit:g} GB/s: "
                          + ", ".join(f"{link} at {speed:g}" for link, speed in sorted(slow.items()))))
     findings += _counter_findings(gpu, errors, node, ceiling, rates, details)
+    said = f" (link states from {source}; link rate not read)" if source else ""
     if not findings:
-        return result(check_id, ROLE, Status.PASS, expected, observed, details=details)
+        return result(check_id, ROLE, Status.PASS, expected, observed, f"{who}: {observed}{said}" if said else "",
+                      details=details)
     status = Status.FAIL if any(f[0] is Status.FAIL for f in findings) else Status.WARN
     action = verdicts.worst(f[1] for f in findings)
     details[verdicts.ACTION_KEY] = action
     part = f"the NVLink bridge of GPU {gpu}" if bridged else f"GPU {gpu}'s NVLink (baseboard)"
     fix = verdicts.WORDS[action].format(index=gpu, what=part)
-    return result(check_id, ROLE, status, expected, observed, f"{who}: " + "; ".join(f[2] for f in findings),
+    return result(check_id, ROLE, status, expected, observed, f"{who}: " + "; ".join(f[2] for f in findings) + said,
                   details=details, fix=fix)
 
 
@@ -302,6 +317,9 @@ def run(spec: dict, node: Node) -> list:
     out = node.run(STATUS_ARGV, timeout_s=20.0)
     if not out.ok:
         why = "nvidia-smi is not installed" if out.missing else (out.stderr or out.stdout or "failed").strip()[:160]
+        from_dcgm = _from_dcgmi(spec, node, ceiling, rates)
+        if from_dcgm:
+            return from_dcgm
         alone = _counters_alone(node, f"nvidia-smi nvlink -s: {why}", ceiling, rates)
         return alone or [skip("health.nvlink", ROLE, f"nvidia-smi nvlink -s: {why}")]
     links = parse_status(out.stdout)
@@ -336,3 +354,27 @@ def _counters_alone(node: Node, why: str, ceiling: Threshold, rates: dict) -> li
     errors = parse_errors(out.stdout) if out.ok else {}
     return [judge_counters_only(gpu, per, ceiling, node, why, rates)
             for gpu, per in sorted(errors.items()) if per]
+
+
+def _from_dcgmi(spec: dict, node: Node, ceiling: Threshold, rates: dict) -> list:
+    """Each GPU judged from DCGM's link states and counters (`dcgmi nvlink -s`, `-e -g <gpu>`), where
+    `nvidia-smi nvlink -s` gave none; [] when dcgmi does not answer either (not installed, no host engine)."""
+    out = node.run(DCGMI_STATUS_ARGV, timeout_s=20.0)
+    status = parse_dcgmi_link_status(out.stdout) if out.ok else None
+    if status is None or not status.gpus:
+        return []
+    judged = []
+    for gpu in sorted(status.gpus):
+        links = {link: (True if up else None) for link, up in status.gpu_links(gpu).items()}
+        if not links:
+            continue  # every slot "not supported": no NVLink on this GPU
+        counted = node.run(DCGMI_ERRORS_ARGV + [str(gpu)], timeout_s=20.0)
+        counts = parse_dcgmi_nvlink_errors(counted.stdout) if counted.ok else None
+        errors = counts.links if counts is not None and counts.gpu in (None, gpu) else {}
+        name = gpu_name(node, gpu, "")
+        want = expectation(spec, node, gpu, name, links)
+        if want.links is None:
+            continue
+        judged.append(judge_gpu(gpu, name, links, errors, want, ceiling, node, rates=rates,
+                                source="dcgmi nvlink -s"))
+    return judged

@@ -11,6 +11,7 @@ from verify import __version__
 from verify.facts import versions
 from verify.facts.firmware import firmware_facts
 from verify.facts.gpu_query import query_gpus
+from verify.facts.ib_fabric import port_identities
 from verify.node import Node, ReadError, parse_cpulist
 
 
@@ -141,7 +142,7 @@ def gather_facts(node: Node) -> dict:
     facts: dict = {"host": _hostname(node), "root": node.root}
     parts = (("os", _os_release), ("cpu", _cpu), ("memory_kib", _memory_kib), ("gpus", _gpus),
              ("nics", _nics), ("block_devices", _block_devices), ("libraries", _libraries),
-             ("tool_versions", _tool_versions), ("firmware", _firmware))
+             ("tool_versions", _tool_versions), ("firmware", _firmware), ("ib_ports", port_identities))
     facts["kernel"] = node.read_value("/proc/sys/kernel/osrelease")
     # One kernel, one machine: containers (or hosts of a test fleet) with the same boot id share its
     # devices, so their benchmark figures contend for one disk (verify.fleet.summary says so).

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from verify.bounded_load import MAX_BYTES, BoundedLoadError, loads_json_bytes_bounded, read_bounded
+from verify.facts.ib_fabric import ports_from_facts
 from verify.fleet.baseline import hardware_of
 from verify.payload_schema import schema_problems
 from verify.report.schemas import RESULT_SCHEMA, split_problem
@@ -47,6 +48,7 @@ class NodeReport:
     hardware: str = ""  # the profile it is judged against in a fleet baseline (verify.fleet.baseline)
     damaged: list = field(default_factory=list)  # LoadError per record skipped (it names the field)
     machine: str = ""  # the kernel's boot id (facts.boot_id): hosts sharing one share its devices
+    ib_ports: list = field(default_factory=list)  # facts.ib_ports (verify.facts.ib_fabric), for the fabric check
 
     def add(self, result: CheckResult) -> None:
         self.statuses[result.check_id] = result.status.value
@@ -88,7 +90,8 @@ def parse_node_report(data: Any, origin: str, fallback_host: str = "") -> NodeRe
     boot_id = facts.get("boot_id")
     node = NodeReport(host=host, results=[], versions=fleet_versions(facts), source=origin,
                       hardware=hardware_of(data, facts),
-                      machine=boot_id.strip()[:64] if isinstance(boot_id, str) else "")
+                      machine=boot_id.strip()[:64] if isinstance(boot_id, str) else "",
+                      ib_ports=ports_from_facts(facts.get("ib_ports")))
     for index, item in enumerate(raw_results):
         try:
             _take_result(node, item, index)

@@ -111,6 +111,10 @@ def runner_kwargs(args, home: Path, run_dir: Path, work: str, progress: Progress
     if getattr(args, "profile", None):
         # Over every inventory's verify_profile: the user named it for this run.
         kwargs["extravars"]["verify_profile"] = args.profile
+    if getattr(args, "ib_fabric", None):
+        # The opt-in fabric check, from a capture on this controller (checked in main before anything ran).
+        kwargs["extravars"].update(verify_node_ib_fabric=True,
+                                   verify_node_ib_fabric_input=os.path.abspath(args.ib_fabric))
     return kwargs
 
 
@@ -134,6 +138,8 @@ def main(args) -> int:
 
         baseline_from_args(args)  # a bad --baseline/--rules is refused before any node is touched
         hosts = check_inventory(args.inventory, args.limit, home)
+        if getattr(args, "ib_fabric", None):
+            check_file_trusted(args.ib_fabric)  # a capture another user can change is refused, naming its owner
         history = prepare_history(args)  # refused before anything runs, like a bad inventory
     except (InventoryError, ValueError, HistoryError, OSError) as exc:
         print(f"tunefleet verify: {exc.strerror or exc if isinstance(exc, OSError) else exc}", file=sys.stderr)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime
 import importlib
 import os
-import secrets
 from typing import Optional
 
 from verify.judging import verdicts
@@ -37,7 +36,7 @@ def check_out_dir(path: str, world_readable: bool = False) -> None:
     try:
         dir_fd = open_trusted_dir(path, create=True, mode=0o755 if world_readable else PRIVATE_DIR)
         try:
-            probe = f".tunefleet-write-test-{secrets.token_hex(6)}"
+            probe = f".tunefleet-write-test-{os.urandom(6).hex()}"
             os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=dir_fd))
             os.unlink(probe, dir_fd=dir_fd)
         finally:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import sys
 
 from verify import inject
@@ -16,7 +15,7 @@ from verify.desired import SpecError, load_spec_file
 from verify.history.drain import DEFAULT_CAP, parse_cap
 from verify.node import Node
 from verify.runner import run_command
-from verify.scheduler import modes, spec_cache
+from verify.scheduler import modes
 from verify.scheduler.state import DEFAULT_DIR
 
 DEFAULT_TEXTFILE_DIR = "/var/lib/tunefleet-metrics"  # root-owned 0755; node_exporter --collector.textfile.directory
@@ -72,7 +71,8 @@ def _write_textfile(report: dict, mode: str, directory: str) -> str:
     try:
         dir_fd = open_trusted_dir(directory, create=True, mode=0o755)
         try:
-            write_in_dir(dir_fd, f"tunefleet_{mode}.prom", prometheus.render(report, mode=mode), SHARED_FILE)
+            write_in_dir(dir_fd, f"tunefleet_{mode}.prom", prometheus.render(report, mode=mode), SHARED_FILE,
+                         durable=False)  # the next run rewrites it
         finally:
             os.close(dir_fd)
     except OSError as exc:
@@ -86,7 +86,10 @@ def desired_state(args: argparse.Namespace) -> tuple:
         if args.vars:
             raise ValueError("--vars cannot be combined with --spec (the file is already rendered)")
         return load_spec_file(args.spec), f"--spec {args.spec}"
-    host = socket.gethostname()
+    # Only a hook without --spec reads the cache (hashlib loads OpenSSL: 3-6 ms of every installed hook's start).
+    from verify.scheduler import spec_cache
+
+    host = os.uname().nodename  # the name socket.gethostname() gives, without importing socket
 
     def render() -> dict:
         # Only a first run (or one whose inputs changed) renders: verify.local_run, jinja2 and PyYAML are
@@ -111,7 +114,7 @@ def main(args: argparse.Namespace) -> int:
     except (ValueError, SpecError, inject.InjectionError, OSError) as exc:
         return _bad_input(mode, str(exc))
     node = Node(root=args.root, runner=runner, live=True if args.inject and over_tree else None)
-    name = args.node_name or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    name = args.node_name or os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
     options = modes.Options(mode, state_dir=args.state_dir, drain=not args.no_drain, dry_run=args.dry_run,
                             scheduler=args.scheduler, node_name=name, cap=args.drain_cap,
                             use_nvml=not args.inject and not over_tree, use_kmsg=not args.inject and not over_tree,

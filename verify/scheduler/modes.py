@@ -19,7 +19,7 @@ hook answers it as "could not check", NPD as Unknown; a damaged state file is se
 """
 from __future__ import annotations
 
-import socket
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -142,7 +142,7 @@ def judge(spec: dict, node: Node, options: Options, now: Optional[float] = None)
 
 
 def facts_of(node: Node) -> dict:
-    host = (node.read_value("/proc/sys/kernel/hostname") if not node.is_live else None) or socket.gethostname()
+    host = (node.read_value("/proc/sys/kernel/hostname") if not node.is_live else None) or os.uname().nodename
     inventory = node.memo.get("gpus")
     return {"host": host.split(".")[0], "root": node.root, "kernel": node.read_value("/proc/sys/kernel/osrelease"),
             "gpus": inventory.to_dict() if inventory is not None else None}

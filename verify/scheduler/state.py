@@ -178,7 +178,7 @@ def save(directory: str, state: State) -> str:
     try:
         dir_fd = open_state_dir(directory)
         try:
-            write_in_dir(dir_fd, FILE_NAME, state.to_json(), PRIVATE_FILE)
+            write_in_dir(dir_fd, FILE_NAME, state.to_json(), PRIVATE_FILE, durable=False)  # of this boot only
         finally:
             os.close(dir_fd)
     except (OSError, UnsafePathError) as exc:
