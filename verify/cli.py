@@ -118,6 +118,9 @@ def add_verify_parser(sub) -> argparse.ArgumentParser:
                         "desired state's verify_benchmarks, [quick])")
     v.add_argument("--no-bench", action="store_true", help="config checks only")
     v.add_argument("--limit", help="with -i: Ansible host pattern")
+    v.add_argument("--forks", type=positive_int, default=None,
+                   help="with -i: hosts Ansible works on at once (default: ansible.cfg's forks, 50); a 1,000-node "
+                        "fleet wants a few hundred (README: Verifying 1,000 nodes)")
     v.add_argument("--quiet", action="store_true", help="no terminal table")
     v.add_argument("--inject", metavar="DIR", default=None,
                    help="drill: with --local, answer the commands captured in DIR (<name>.argv + .stdout, "
@@ -131,6 +134,17 @@ def add_verify_parser(sub) -> argparse.ArgumentParser:
                    help="also open a login session (su -l nobody) and record the ulimits it gets")
     add_verify_arguments(v)  # --history options (verify.history.cli)
     return v
+
+
+def positive_int(text: str) -> int:
+    """A count that must be at least 1 (--forks); anything else is bad input, refused by the parser."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return value
 
 
 def bench_names(text: str) -> str:

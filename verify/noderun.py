@@ -16,6 +16,8 @@ from typing import Optional, Sequence
 
 from verify.safe_io import PRIVATE_FILE, check_dir_trusted, write_file_atomic
 
+MAX_SPEC_BYTES = 4 << 20  # a desired state is a few KB; verify.bounded_load caps its parse too
+
 
 def archive_reports(report_dir: str, archive: str) -> int:
     """Pack the report files flat (no directory) so the controller unpacks them into <run>/<host>/.
@@ -53,20 +55,35 @@ def spec_with_python(spec_path: str, search_path: str) -> str:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m verify.noderun")
     parser.add_argument("--spec", required=True)
+    parser.add_argument("--spec-stdin", action="store_true",
+                        help="the desired state arrives on stdin (the play renders it on the controller): written to "
+                             "--spec first, saving the node a template task (a remote stat and a copy)")
     parser.add_argument("--out", required=True, help="directory for the reports")
     parser.add_argument("--format", default="json,md,junit,prom")
     parser.add_argument("--archive", required=True, help="tar.gz of the reports, for one fetch")
     parser.add_argument("--python-search", default="",
                         help="the answer of verify.fleet.node_python: which interpreter runs this, what was tried")
+    parser.add_argument("--root", default="/",
+                        help="absolute root of the tree to read /proc, /sys and /etc from (verify_node_root; "
+                             "a tree other than / is read, never the live node, and its benchmarks SKIP)")
     args = parser.parse_args(argv)
+    if not os.path.isabs(args.root):
+        print(f"verify_node_root must be an absolute path, got {args.root!r}", file=sys.stderr)
+        return 2
     from verify.cli import main as verify_main
 
+    if args.spec_stdin:
+        text = sys.stdin.buffer.read(MAX_SPEC_BYTES + 1)
+        if len(text) > MAX_SPEC_BYTES:
+            print(f"the desired state on stdin is over {MAX_SPEC_BYTES} bytes", file=sys.stderr)
+            return 2
+        write_file_atomic(args.spec, text, PRIVATE_FILE)
     if args.python_search:
         args.spec = spec_with_python(args.spec, args.python_search)
 
     # --no-history: a fleet run's history is kept once, on the controller (verify.fleet.recording.finish_fleet).
     code = verify_main(["verify", "--local", "--spec", args.spec, "--out", args.out, "--format", args.format,
-                        "--quiet", "--no-history"])
+                        "--root", args.root, "--quiet", "--no-history"])
     if not os.path.isfile(os.path.join(args.out, "report.json")):
         print(f"verify exited {code} without writing {args.out}/report.json", file=sys.stderr)
         return 3

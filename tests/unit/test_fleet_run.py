@@ -88,3 +88,58 @@ def test_a_node_run_without_a_report_is_exit_3_not_a_verdict(tmp_path, capsys):
     assert code == 3
     assert "without writing" in capsys.readouterr().err
     assert not (tmp_path / "r.tar.gz").exists()
+
+
+def test_the_node_reads_the_tree_verify_node_root_names_and_refuses_a_relative_one(tmp_path, capsys, monkeypatch):
+    import verify.cli
+    from verify.noderun import main
+
+    seen = []
+    monkeypatch.setattr(verify.cli, "main", lambda argv: seen.append(argv) or 0)
+    (tmp_path / "spec.json").write_text("{}")
+    common = ["--spec", str(tmp_path / "spec.json"), "--out", str(tmp_path / "out"), "--archive", str(tmp_path / "r")]
+    assert main(common + ["--root", "snap/tree"]) == 2
+    assert "verify_node_root must be an absolute path, got 'snap/tree'" in capsys.readouterr().err
+    assert seen == []  # refused before verify ran
+    main(common + ["--root", str(tmp_path / "tree")])
+    assert seen[0][seen[0].index("--root") + 1] == str(tmp_path / "tree")
+    main(common)
+    assert seen[1][seen[1].index("--root") + 1] == "/"
+
+
+def test_the_desired_state_sent_on_stdin_is_written_where_spec_names_and_judged_from_there(tmp_path, monkeypatch):
+    import io
+
+    import verify.cli
+    import verify.noderun
+    from verify.noderun import main
+
+    seen = []
+    monkeypatch.setattr(verify.cli, "main", lambda argv: seen.append(argv) or 0)
+    spec = tmp_path / "desired_state.json"
+    common = ["--spec", str(spec), "--spec-stdin", "--out", str(tmp_path / "out"), "--archive", str(tmp_path / "r")]
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b'{"schema": "tunefleet.desired_state/v1"}')))
+    main(common)
+    assert spec.read_text() == '{"schema": "tunefleet.desired_state/v1"}'
+    assert spec.stat().st_mode & 0o777 == 0o600
+    assert seen[0][seen[0].index("--spec") + 1] == str(spec)
+    monkeypatch.setattr(verify.noderun, "MAX_SPEC_BYTES", 8)
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b'{"too": "long"}')))
+    assert main(common) == 2 and len(seen) == 1  # refused before verify ran
+
+
+def test_forks_reach_ansible_runner_and_a_bad_count_is_refused_before_anything_runs(tmp_path, capsys):
+    import pytest
+
+    from verify.cli import main as cli_main
+
+    args = argparse.Namespace(inventory="inventory/local", limit=None, quiet=False, forks=250)
+    kwargs = runner_kwargs(args, Path("/opt/tunefleet"), tmp_path / "r" / "20260101T000000Z", "/tmp/w",
+                           Progress(write=lambda _: None))
+    assert kwargs["forks"] == 250
+    args.forks = None
+    assert "forks" not in runner_kwargs(args, Path("/opt/tunefleet"), tmp_path / "r" / "x", "/tmp/w",
+                                        Progress(write=lambda _: None))
+    with pytest.raises(SystemExit) as exit_:
+        cli_main(["verify", "-i", "inventory/local", "--forks", "0"])
+    assert exit_.value.code == 2 and "'0' is not a whole number of at least 1" in capsys.readouterr().err

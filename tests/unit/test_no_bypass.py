@@ -129,10 +129,10 @@ WRITE_ALLOWED = {
 COMMAND_MODULES = ("ansible.builtin.command", "ansible.builtin.shell", "ansible.builtin.raw", "ansible.builtin.script",
                    "command", "shell", "raw", "script")
 COMMAND_TASKS = {
-    "playbooks/verify.yml": 17,  # 6, the pairwise round's 3 counted once per round (a YAML anchor, 3 rounds), the
-    # opt-in fabric check's 2 (ibqueryerrors on the fabric host, the collector on the controller)
+    "playbooks/verify.yml": 10,  # 8, and the opt-in fabric check's 2 (ibqueryerrors on the fabric host, the collector)
+    "roles/verify_node/tasks/pairwise.yml": 11,  # 2, and the round's 3 counted once per round (a YAML anchor, 3 rounds)
     "roles/verify_node/tasks/main.yml": 1, "roles/verify_node/tasks/multinode.yml": 1,
-    "roles/verify_node/tasks/rdma.yml": 3, "roles/verify_node/tasks/rdma_round.yml": 1,
+    "roles/verify_node/tasks/rdma_pairs.yml": 3, "roles/verify_node/tasks/rdma_round.yml": 1,
     "roles/verify_node/tasks/find_python.yml": 1, "roles/reboot/tasks/reboot.yml": 5,
     "roles/scheduler_hooks/tasks/main.yml": 3, "roles/pcie/handlers/main.yml": 1,
     "roles/network/tasks/irqbalance.yml": 1, "roles/network/tasks/persist_networkmanager.yml": 1,

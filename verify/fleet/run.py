@@ -14,10 +14,11 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 from verify.bounded_load import BoundedLoadError, load_json_bounded, loads_json_bounded
 from verify.fleet.model import FLEET_REPORT_MAX_BYTES
+from verify.fleet.rerun import report_missing
 from verify.result import EXIT_COULD_NOT_CHECK, EXIT_FAILED, EXIT_OK
 from verify.runner import DEFAULT_CWD, CleanEnv, clean_env, run_command
 from verify.safe_io import check_dir_trusted, check_file_trusted, open_trusted_dir
@@ -105,6 +106,8 @@ def runner_kwargs(args, home: Path, run_dir: Path, work: str, progress: Progress
     }
     if args.limit:
         kwargs["limit"] = args.limit
+    if getattr(args, "forks", None):
+        kwargs["forks"] = args.forks
     if getattr(args, "profile", None):
         # Over every inventory's verify_profile: the user named it for this run.
         kwargs["extravars"]["verify_profile"] = args.profile
@@ -134,7 +137,7 @@ def main(args) -> int:
         from verify.fleet.baseline import from_args as baseline_from_args
 
         baseline_from_args(args)  # a bad --baseline/--rules is refused before any node is touched
-        check_inventory(args.inventory, args.limit, home)
+        hosts = check_inventory(args.inventory, args.limit, home)
         if getattr(args, "ib_fabric", None):
             check_file_trusted(args.ib_fabric)  # a capture another user can change is refused, naming its owner
         history = prepare_history(args)  # refused before anything runs, like a bad inventory
@@ -159,7 +162,7 @@ def main(args) -> int:
     # with each host's regressions against its own past, the verdicts acted on (verify.history).
     finish_fleet(history, str(run_dir))
     judge_against_baseline(args, run_dir)
-    return finish(outcome.rc, outcome.status, run_dir, progress)
+    return finish(outcome.rc, outcome.status, run_dir, progress, hosts=hosts, inventory=args.inventory)
 
 
 def runner_scratch_parent() -> str:
@@ -270,13 +273,17 @@ def check_inventory(inventory: str, limit: Optional[str] = None, home: Optional[
     return hosts
 
 
-def finish(rc: int, status: str, run_dir: Path, progress: Progress, write: Callable[[str], None] = print) -> int:
-    """Exit code of a fleet run: the fleet report's, unless Ansible itself could not finish."""
+def finish(rc: int, status: str, run_dir: Path, progress: Progress, write: Callable[[str], None] = print,
+           hosts: Sequence[str] = (), inventory: str = "") -> int:
+    """Exit code of a fleet run: the fleet report's, unless Ansible itself could not finish. The hosts of the
+    run without a report are named with the command that re-runs only them (verify.fleet.rerun)."""
     report = run_dir / "fleet_report.json"
     if not report.is_file():
         write(f"tunefleet verify: the playbook ended {status} (rc {rc}) before the fleet report was written")
         for host, problems in sorted(progress.failed.items()):
             write(f"  {host}: {problems[-1]}")
+        for line in report_missing(str(run_dir), inventory, hosts):
+            write(f"  {line}")
         return EXIT_COULD_NOT_CHECK
     try:
         data = load_json_bounded(str(report), FLEET_REPORT_MAX_BYTES, what="fleet report", allow_nan=True)
@@ -286,6 +293,8 @@ def finish(rc: int, status: str, run_dir: Path, progress: Progress, write: Calla
     write(f"reports: {run_dir}")
     for host in sorted(progress.unreachable):
         write(f"  UNREACHABLE {host}: no report from this host")
+    for line in report_missing(str(run_dir), inventory, hosts):
+        write(f"  {line}")
     for entry in data["hosts"]:
         if entry["worst"] in ("FAIL", "ERROR") and entry["problems"]:
             first = entry["problems"][0]

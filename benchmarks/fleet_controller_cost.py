@@ -1,0 +1,343 @@
+"""What the real verify play costs the controller per host, and what 1,000 hosts would take.
+
+    python benchmarks/fleet_controller_cost.py [--sizes 1,10,50,100] [--forks 50] [--profile-tasks]
+                                               [--rows-out FILE] [--json-out FILE]
+
+Runs playbooks/verify.yml with ansible-playbook (the command `tunefleet verify -i` runs through
+ansible-runner, with the same pinned environment: verify.fleet.run.ansible_env) against N inventory
+hosts. Every host is this machine on the local connection under its own inventory name, and its
+node side is real: the bundle shipped, the interpreter search, the desired state rendered, the
+config checks run by verify.noderun, the reports fetched and unpacked; each host reads its own copy
+of a recorded node tree (verify_node_root, default tests/fixtures/node/snapshots/ci_vm/tree), so
+nothing reads or changes this machine's own settings and the benchmark rows SKIP (a tree is not a
+live node; this machine has no GPU either). Path MTU is on with one peer named in the inventory: the
+addresses are gathered as in a default run, the all-host peer list (issue 38 item 3) is not built, and
+the probe itself SKIPs over a tree.
+
+Controller CPU is split from node CPU like this. On the local connection the node side runs as
+children of Ansible's forks, so getrusage(RUSAGE_CHILDREN) around ansible-playbook holds both.
+Ansible starts every command it runs on a host through its shell (the `executable` setting); here
+that shell is a wrapper (SHELL_WRAPPER) that runs /bin/sh and writes the CPU seconds it and its
+children used (bash `times`) and its wall time. A command whose text names a host's own directory
+(its interpreter and remote tmp live there) is that host's node side; every other command (the
+tasks delegated to the controller: unpacking reports, the fleet report) and everything outside the
+wrapper (ansible-playbook, its forks) is controller. The fork that runs the wrapper is controller work
+a real SSH run also pays (an ssh client instead of a shell). ansible-playbook's own process (the
+strategy: one process, it cannot use more than one core) is measured apart by running it under
+MAIN_SHIM, which records its RUSAGE_SELF at exit.
+
+The 1,000-host estimate (printed) is the model
+    wall(N) = fixed + N * max(main_cpu_per_host, controller_cpu_per_host / cores) + ceil(N / forks) * node_wall
+(fixed: the fitted controller CPU of a run of no host, its serial steps; the forks' work spreads over the
+controller's cores, the strategy process's does not; each batch of
+`forks` hosts waits for its nodes' own work, node_wall: the sum of the wall times of one host's node
+commands in the least contended run, plus --node-bench-s for the quick benchmarks, which SKIP here).
+It adds the controller's part and the nodes' part as if they never overlapped; the lower bound printed
+with it takes the larger of the two. CPU seconds (rusage) hold up on a shared machine; wall times there
+do not: they are printed, and the estimate uses CPU and the least contended node wall.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from verify.fleet.run import PLAYBOOK, ansible_env  # noqa: E402 - the repository is put on sys.path first
+
+DEFAULT_TREE = REPO / "tests" / "fixtures" / "node" / "snapshots" / "ci_vm" / "tree"
+# The node's python: a bare interpreter, as on a stock node (the venv is the controller's).
+NODE_PYTHON = "/usr/bin/python3"
+
+# Every command Ansible runs on a host of this benchmark: /bin/sh -c COMMAND, then one record file
+# (start, end, bash `times`: its own then its children's user and system CPU, the command text).
+# The variable passes to the commands it starts: verify on the node, and nothing there reads it.
+# No subshell before `times`: a subshell's times are its own, not this shell's.
+SHELL_WRAPPER = """#!/bin/bash
+# Ansible hands the shell a command that starts the shell again (executable -c '...'): record the outer one only.
+if [ -n "$TUNEFLEET_BENCH_RECORDING" ]; then exec /bin/sh -c "$2"; fi
+export TUNEFLEET_BENCH_RECORDING=1
+start=$EPOCHREALTIME
+/bin/sh -c "$2"
+rc=$?
+end=$EPOCHREALTIME
+record="{log_dir}/$BASHPID.$RANDOM.$rc"
+{{ printf '%s %s\\n' "$start" "$end"; times; printf '%s\\n' "${{2//[$'\\n\\t']/ }}"; }} > "$record"
+exit $rc
+"""
+
+# ansible-playbook in this process, its own CPU (RUSAGE_SELF: the strategy, not its forks) written at exit.
+MAIN_SHIM = """import atexit, os, resource, runpy, sys
+out, main_pid = sys.argv[1], os.getpid()
+def record():
+    if os.getpid() == main_pid:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        with open(out, "w") as handle:
+            handle.write(f"{usage.ru_utime} {usage.ru_stime}")
+atexit.register(record)
+sys.argv = sys.argv[2:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+TIMES = re.compile(r"(\d+)m([0-9.]+)s")
+RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=\d+\s+unreachable=(\d+)\s+failed=(\d+)\s+skipped=(\d+)", re.M)
+
+
+@dataclass
+class Run:
+    hosts: int
+    wall_s: float
+    controller_cpu_s: float   # ansible-playbook and its forks, the controller's own commands
+    main_cpu_s: float         # of which ansible-playbook's own process (the strategy)
+    node_cpu_s: float         # every host's node-side commands, all hosts together
+    node_wall_per_host_s: float
+    tasks_per_host: float     # task results per inventory host (ok + failed + skipped), from the recap
+    node_commands_per_host: float
+    reports: int              # hosts whose report.json came back
+
+
+def host_name(index: int) -> str:
+    return f"node{index:04d}"
+
+
+def prepare_hosts(work: Path, count: int, tree: Path) -> None:
+    """One directory per host: its copy of the node tree, its interpreter (a link to NODE_PYTHON whose path
+    names the host in every command Ansible runs for it) and its remote tmp."""
+    for index in range(1, count + 1):
+        home = work / "hosts" / host_name(index)
+        if home.exists():
+            continue
+        home.mkdir(parents=True, mode=0o700)
+        shutil.copytree(tree, home / "tree", symlinks=True)
+        (home / "tmp").mkdir(mode=0o700)
+        os.symlink(NODE_PYTHON, home / "python3")
+
+
+def inventory(work: Path, count: int) -> dict:
+    hosts = {}
+    for index in range(1, count + 1):
+        home = work / "hosts" / host_name(index)
+        hosts[host_name(index)] = {"ansible_python_interpreter": str(home / "python3"),
+                                   "ansible_remote_tmp": str(home / "tmp"), "verify_node_root": str(home / "tree")}
+    return {"all": {"hosts": hosts, "vars": {
+        "ansible_connection": "local",
+        # Every host is this machine reached as root: no privilege change to make (and no sudo here).
+        "ansible_become": False,
+        # What inventory/local/group_vars/all.yml says for this machine, as the recorded tree's desired state did.
+        "network_interfaces": [], "storage_allow_no_match": True,
+        # Path MTU on, with one peer named: the play gathers the addresses as a default run does, and skips
+        # the all-host peer list (issue 38 item 3 bounds it); over a tree the node's probe SKIPs.
+        "verify_node_path_mtu": True, "network_path_mtu_peers": ["127.0.0.2"],
+    }}}
+
+
+def read_records(log_dir: Path, work: Path) -> tuple:
+    """(node CPU by host, node wall by host, commands by host, controller-side command CPU)."""
+    cpu: dict = {}
+    wall: dict = {}
+    commands: dict = {}
+    other_cpu = 0.0
+    marker = re.compile(re.escape(str(work / "hosts")) + r"/(node\d{4})/")
+    for record in log_dir.iterdir():
+        lines = record.read_text().splitlines()
+        start, end = (float(x) for x in lines[0].split())
+        seconds = [int(m) * 60 + float(s) for m, s in TIMES.findall(" ".join(lines[1:3]))]
+        used = sum(seconds)
+        host = marker.search(" ".join(lines[3:]))
+        if host is None:
+            other_cpu += used
+            continue
+        name = host.group(1)
+        cpu[name] = cpu.get(name, 0.0) + used
+        wall[name] = wall.get(name, 0.0) + (end - start)
+        commands[name] = commands.get(name, 0) + 1
+    return cpu, wall, commands, other_cpu
+
+
+def run_play(work: Path, count: int, forks: int, profile_tasks: bool, pipelining: bool = False) -> tuple:
+    """(Run, the play's stdout)."""
+    inventory_file = work / f"inventory-{count}.json"
+    inventory_file.write_text(json.dumps(inventory(work, count)))
+    log_dir = work / f"records-{count}"
+    shutil.rmtree(log_dir, ignore_errors=True)
+    log_dir.mkdir(mode=0o700)
+    wrapper = work / "shell-wrapper"
+    wrapper.write_text(SHELL_WRAPPER.format(log_dir=log_dir))
+    wrapper.chmod(0o700)
+    reports = work / f"reports-{count}"
+    shutil.rmtree(reports, ignore_errors=True)
+    main_cpu_file = work / "main-cpu"
+    main_cpu_file.unlink(missing_ok=True)
+    env = dict(ansible_env(REPO, {"ANSIBLE_EXECUTABLE": str(wrapper), "ANSIBLE_FORKS": str(forks),
+                                  "ANSIBLE_NOCOLOR": "1", "ANSIBLE_LOCAL_TEMP": str(work / "local-tmp")}))
+    if pipelining:
+        env["ANSIBLE_PIPELINING"] = "True"
+    if profile_tasks:
+        env.update({"ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.profile_tasks",
+                    "PROFILE_TASKS_TASK_OUTPUT_LIMIT": "all", "PROFILE_TASKS_SORT_ORDER": "descending"})
+    playbook = Path(sys.executable).parent / "ansible-playbook"
+    argv = [sys.executable, "-c", MAIN_SHIM, str(main_cpu_file), str(playbook), "-i", str(inventory_file),
+            str(REPO / PLAYBOOK), "-e", f"verify_node_report_dir={reports}"]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    began = time.perf_counter()
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=str(REPO))
+    wall = time.perf_counter() - began
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    total = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    if done.returncode != 0:
+        print(done.stdout[-4000:], done.stderr[-3000:], file=sys.stderr)
+        raise SystemExit(f"{count} hosts: ansible-playbook exited {done.returncode}")
+    cpu, node_wall, commands, _ = read_records(log_dir, work)
+    node_cpu = sum(cpu.values())
+    names = [host_name(i) for i in range(1, count + 1)]
+    runs = [p for p in reports.iterdir() if p.is_dir()]
+    returned = sum((runs[0] / name / "report.json").is_file() for name in names) if len(runs) == 1 else 0
+    if returned != count or len(commands) != count:
+        raise SystemExit(f"{count} hosts: {returned} reports came back, {len(commands)} hosts ran node commands")
+    recap = {m[0]: int(m[1]) + int(m[3]) + int(m[4]) for m in RECAP.findall(done.stdout) if m[0] in names}
+    main_cpu = sum(float(x) for x in main_cpu_file.read_text().split())
+    run = Run(hosts=count, wall_s=wall, controller_cpu_s=total - node_cpu, main_cpu_s=main_cpu, node_cpu_s=node_cpu,
+              node_wall_per_host_s=sum(node_wall.values()) / count, tasks_per_host=sum(recap.values()) / count,
+              node_commands_per_host=sum(commands.values()) / count, reports=returned)
+    return run, done.stdout
+
+
+def slope(points: list) -> tuple:
+    """Least squares line through (x, y): (slope, intercept); one point: (y / x, 0)."""
+    if len(points) < 2:
+        x, y = points[0]
+        return y / x, 0.0
+    n = len(points)
+    mean_x = sum(x for x, _ in points) / n
+    mean_y = sum(y for _, y in points) / n
+    spread = sum((x - mean_x) ** 2 for x, _ in points)
+    rise = sum((x - mean_x) * (y - mean_y) for x, y in points) / spread
+    return rise, mean_y - rise * mean_x
+
+
+def estimate_wall_s(hosts: int, fixed_s: float, main_per_host: float, controller_per_host: float,
+                    node_wall_per_host: float, cores: int, forks: int) -> tuple:
+    """(the model of the module docstring, its lower bound): the controller's part and the nodes' part added, as
+    if the controller never worked while the nodes did; the bound takes the larger of the two, as if it always did."""
+    controller_s = hosts * max(main_per_host, controller_per_host / cores)
+    nodes_s = math.ceil(hosts / forks) * node_wall_per_host
+    return fixed_s + controller_s + nodes_s, fixed_s + max(controller_s, nodes_s)
+
+
+def host_rows(run_dir: Path, host: str, work: Path) -> list:
+    """One host's report rows (check, status, expected, observed), the work directory's path made neutral."""
+    report = json.loads((run_dir / host / "report.json").read_text())
+    rows = [[r["check_id"], r["status"], r.get("expected"), r.get("observed")] for r in report["results"]]
+    return json.loads(json.dumps(rows).replace(str(work), "<work>"))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="1,10,50,100")
+    parser.add_argument("--forks", type=int, default=50, help="Ansible forks (ansible.cfg: 50)")
+    parser.add_argument("--cores", type=int, default=16, help="controller cores of the 1,000-host estimate")
+    parser.add_argument("--estimate-forks", type=int, default=250, help="forks of the 1,000-host estimate")
+    parser.add_argument("--node-bench-s", type=float, default=31.4,
+                        help="wall of a node's quick benchmarks added to the estimate (31.4 s: the quick set on "
+                             "2x H200, docs/measurements.md; they SKIP here)")
+    parser.add_argument("--from-json", type=Path, nargs="+",
+                        help="fit and estimate from runs saved by --json-out instead of measuring")
+    parser.add_argument("--tree", type=Path, default=DEFAULT_TREE, help="the node tree every host reads a copy of")
+    parser.add_argument("--profile-tasks", action="store_true",
+                        help="also print ansible.posix.profile_tasks' table of the largest size (its callback "
+                             "costs CPU: the figures of that run include it)")
+    parser.add_argument("--rows-out", type=Path, help="write the first host's report rows here (before/after diff)")
+    parser.add_argument("--json-out", type=Path, help="write the measured runs here")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory (records, reports) and say where")
+    parser.add_argument("--pipelining", action="store_true",
+                        help="ANSIBLE_PIPELINING=True: one command per module instead of four (mkdir, chmod, python, "
+                             "rm), as ansible.cfg's ssh_connection pipelining does over SSH")
+    args = parser.parse_args()
+    if args.from_json:
+        saved = [Run(**r) for path in args.from_json for r in json.loads(path.read_text())]
+        runs = sorted(saved, key=lambda r: r.hosts)
+        for run in runs:
+            print_run(run)
+        return fit_and_estimate(runs, args)
+    sizes = sorted(int(s) for s in args.sizes.split(","))
+    print(f"{os.uname().nodename}: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; forks {args.forks}; "
+          f"pipelining {'on' if args.pipelining else 'off'}; node tree {args.tree}")
+    runs = []
+    work = Path(tempfile.mkdtemp(prefix="tunefleet-fleet-cost-"))
+    try:
+        if args.keep:
+            print(f"work directory (kept): {work}")
+        prepare_hosts(work, max(sizes), args.tree)
+        print(f"{'hosts':>5} {'wall s':>8} {'ctrl CPU s':>10} {'(main)':>8} {'node CPU s':>10} "
+              f"{'node wall/host':>14} {'tasks/host':>10} {'node cmds/host':>14}")
+        for size in sizes:
+            profile = args.profile_tasks and size == sizes[-1]
+            run, stdout = run_play(work, size, args.forks, profile, args.pipelining)
+            runs.append(run)
+            print_run(run, "  (profile_tasks on)" if profile else "")
+            if profile:
+                table = stdout[stdout.rfind("=" * 20):] if "=" * 20 in stdout else stdout[-6000:]
+                print("profile_tasks (wall per task, all hosts of the task together):")
+                print(table.strip()[-8000:])
+            if args.rows_out and size == sizes[0]:
+                run_dir = next(p for p in (work / f"reports-{size}").iterdir() if p.is_dir())
+                args.rows_out.write_text(json.dumps(host_rows(run_dir, host_name(1), work), indent=1) + "\n")
+        if args.json_out:
+            args.json_out.write_text(json.dumps([asdict(r) for r in runs], indent=1) + "\n")
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    return fit_and_estimate(runs, args)
+
+
+def print_run(run: Run, note: str = "") -> None:
+    print(f"{run.hosts:5} {run.wall_s:8.1f} {run.controller_cpu_s:10.1f} {run.main_cpu_s:8.1f} "
+          f"{run.node_cpu_s:10.1f} {run.node_wall_per_host_s:14.2f} {run.tasks_per_host:10.1f} "
+          f"{run.node_commands_per_host:14.1f}{note}", flush=True)
+
+
+def fit_and_estimate(runs: list, args) -> int:
+    sizes = [r.hosts for r in runs]
+    controller, controller_fixed = slope([(r.hosts, r.controller_cpu_s) for r in runs])
+    main_cpu, _ = slope([(r.hosts, r.main_cpu_s) for r in runs])
+    node, _ = slope([(r.hosts, r.node_cpu_s) for r in runs])
+    wall, _ = slope([(r.hosts, r.wall_s) for r in runs])
+    # The least contended run's: on this shared machine every node's commands wait for the CPU the other hosts
+    # and the controller use; a real node runs its own steps alone.
+    node_wall = min(r.node_wall_per_host_s for r in runs)
+    print(f"per extra host (least squares over {sizes}): controller CPU {controller:.2f} s (of which the strategy "
+          f"process {main_cpu:.2f} s), node CPU {node:.2f} s, wall here {wall:.2f} s; controller fixed cost "
+          f"{controller_fixed:.1f} s CPU")
+    # The run's own steps on the controller (start, run directory, bundle, fleet report) are serial and CPU-bound:
+    # the fitted fixed CPU stands for their wall (the smallest run's wall here holds its node's wall and the
+    # machine's other load too).
+    fixed = max(controller_fixed, 0.0)
+    print(f"node wall per host: {node_wall:.1f} s measured here (least contended run), {node:.1f} s if a node's steps "
+          "took their CPU time (an idle node runs them one after another)")
+    for hosts in (1000, 10000):
+        for checks_s, bench_s in ((node_wall, 0.0), (node_wall, args.node_bench_s), (node, args.node_bench_s)):
+            node_s = checks_s + bench_s
+            estimate, bound = estimate_wall_s(hosts, fixed, main_cpu, controller, node_s, args.cores,
+                                              args.estimate_forks)
+            what = f"config checks + {bench_s:.0f} s of quick benchmarks" if bench_s else "config checks"
+            print(f"{hosts} hosts, {what}, {args.cores}-core controller, {args.estimate_forks} forks: about "
+                  f"{estimate / 60:.1f} min (at least {bound / 60:.1f}) = {fixed:.0f} s fixed + {hosts} x "
+                  f"max({main_cpu:.2f} s strategy, {controller:.2f} s / {args.cores} cores) + "
+                  f"{math.ceil(hosts / args.estimate_forks)} batches x {node_s:.1f} s node wall")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
