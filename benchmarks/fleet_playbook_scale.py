@@ -2,8 +2,8 @@
 
 Each fleet is N systemd containers of the molecule image (molecule/image/build.sh) on one podman
 network, reached with the podman connection; the inventory is the molecule fleet scenario's
-settings (config checks and path MTU to every other node; no benchmarks). Needs root, podman
-and CONTAINERS_CONF=molecule/containers.conf, as the molecule scenarios do.
+settings (config checks and path MTU to its peers, every other node in fleets this small; no
+benchmarks). Needs root, podman and CONTAINERS_CONF=molecule/containers.conf, as the molecule scenarios do.
 
 usage: python benchmarks/fleet_playbook_scale.py [--sizes 1,3,6]
 """
