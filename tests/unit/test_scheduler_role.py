@@ -116,3 +116,26 @@ def test_a_desired_state_option_in_the_hook_arguments_is_refused_by_name(tmp_pat
                          timeout=300)
     assert out.returncode != 0 and "scheduler_hooks_check_args names --spec, --profile or --vars" in out.stdout
     assert list(tmp_path.rglob("*")) == []
+
+
+def test_an_interpreter_without_verify_installed_gets_the_named_package(tmp_path):
+    """scheduler_hooks_package_dir names the package for an interpreter that cannot import verify itself (the GPU
+    node's venv in tests/device/hooks_role.sh): the role finds it there, and the launcher it writes runs the hook."""
+    base = getattr(sys, "_base_executable", "")
+    lacks = subprocess.run([base, "-I", "-c", "import verify"], capture_output=True) if base else None
+    if lacks is None or lacks.returncode == 0:
+        pytest.skip("no interpreter here that lacks verify")
+    root = tmp_path / "node"
+    (root / "etc/systemd/system").mkdir(parents=True)
+    package = install_package(root)
+    play(root, scheduler_hooks_python=base, scheduler_hooks_compile=False)
+    launcher = root / "usr/local/libexec/tunefleet/tunefleet-check"
+    assert launcher.read_text().splitlines()[0] == f"#!{base} -IS"
+    assert json.dumps(str(package.parent)) in launcher.read_text()
+    spec = root / "etc/tunefleet/desired_state.json"
+    done = subprocess.run([str(launcher), "check", "--mode", "prolog", "--spec", str(spec),
+                           "--root", str(REPO / "tests/fixtures/node"), "--state-dir=", "--textfile-dir=", "--no-drain",
+                           "--report", str(tmp_path / "prolog.json")], capture_output=True, text=True, timeout=120,
+                          env={"PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    assert json.loads((tmp_path / "prolog.json").read_text())["run"]["mode"] == "prolog"
