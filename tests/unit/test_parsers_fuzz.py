@@ -10,10 +10,12 @@ is neither in PARSERS nor in EXEMPT (with its reason), so a new parser cannot sk
 from __future__ import annotations
 
 import ast
+import io
 import json
 import math
 import signal
 import sys
+import tarfile
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,7 +65,7 @@ from verify.facts import (  # noqa: E402
     smi_q,
     versions,
 )
-from verify.fleet import baseline, baseline_rules, model  # noqa: E402
+from verify.fleet import baseline, baseline_rules, model, unpack  # noqa: E402
 from verify.history import drain  # noqa: E402
 from verify.judging import thresholds  # noqa: E402
 from verify.result import Status  # noqa: E402
@@ -112,6 +114,17 @@ def in_tree(relative: str, call: Callable[[node.Node], object]) -> Callable[[byt
             return call(node.Node(root=root, live=False))
 
     return run
+
+
+def _report_archive() -> bytes:
+    """A node's reports.tar.gz as roles/verify_node fetches it: the captured CI VM report in it."""
+    data = (FIXTURES / "fleet" / "node_report_ci_vm.json").read_bytes()
+    packed = io.BytesIO()
+    with tarfile.open(fileobj=packed, mode="w:gz") as tar:
+        member = tarfile.TarInfo("report.json")
+        member.size = len(data)
+        tar.addfile(member, io.BytesIO(data))
+    return packed.getvalue()
 
 
 def as_file(suffix: str, call: Callable[[str], object]) -> Callable[[bytes], object]:
@@ -356,6 +369,8 @@ PARSERS = [
     Parser("verify.fleet.model:parse_node_report",
            lambda d: model.parse_node_report(model.json_loads(d), "fuzzed.json", "h1"), (ValueError,),
            _fixture("fleet/node_report_ci_vm.json", "node/gpu_machine_report.json")),
+    Parser("verify.fleet.unpack:read_members", as_file(".tar.gz", unpack.read_members), (unpack.UnpackError,),
+           [_report_archive()]),
     Parser("verify.fleet.baseline_rules:load_rules", as_file(".yml", baseline_rules.load_rules),
            (baseline_rules.RulesError,), _fixture("fleet/baseline_rules.yml")),
     Parser("verify.fleet.baseline:load", as_file(".json", baseline.load), (baseline.BaselineError,),

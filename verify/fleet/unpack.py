@@ -24,6 +24,7 @@ import os
 import re
 import sys
 import tarfile
+import zlib
 from typing import Optional, Sequence
 
 from verify.bounded_load import BoundedLoadError, load_json_bounded
@@ -67,7 +68,7 @@ def read_members(archive: str) -> list:
                     raise UnpackError(f"{archive}: more than {MAX_BYTES} bytes unpacked")
                 handle = tar.extractfile(member)
                 members.append((member.name, handle.read(member.size) if handle else b""))
-    except (tarfile.TarError, EOFError, OSError) as exc:
+    except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:  # zlib.error: a damaged stream mid-member
         raise UnpackError(f"{archive}: not a readable tar.gz ({exc})") from None
     return members
 
