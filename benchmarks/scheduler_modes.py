@@ -43,7 +43,7 @@ from typing import Optional
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from verify.isolated import BOOTSTRAP, HOOK_MODULES, import_entries  # noqa: E402
+from verify.isolated import HOOK_BOOTSTRAP, HOOK_MODULES, import_entries  # noqa: E402
 
 HOOK_IMPORTS = tuple(name for name in HOOK_MODULES if name != "verify")  # verify comes from this checkout
 BUDGET_S = {"prolog": 0.5, "epilog": 0.5, "health": 5.0, "npd": 5.0, "prolog, no --spec (cached)": 0.5,
@@ -350,7 +350,7 @@ def hook_launch(python: str) -> list:
     interpreter finds them (verify.isolated.import_entries, as the role asks at install)."""
     entries = import_entries(HOOK_IMPORTS)  # this process runs `python`: it finds what the hooks' python finds
     extra = [entries[name] for name in HOOK_IMPORTS if name in entries]
-    return [python, "-IS", "-c", BOOTSTRAP, str(REPO), ":".join(dict.fromkeys(extra)), "verify"]
+    return [python, "-IS", "-c", HOOK_BOOTSTRAP, str(REPO), ":".join(dict.fromkeys(extra))]
 
 
 def time_modes(args: argparse.Namespace, python: str, pids: Optional[set]) -> tuple:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import traceback
 from typing import Optional, Sequence
 
 from verify import __version__
@@ -178,6 +177,8 @@ MAX_LINE = 600
 def failed_unexpectedly(args: argparse.Namespace, exc: BaseException) -> int:
     """An error no reader foresaw: one printable line (what, where in tunefleet, the command's inputs) and
     EXIT_INTERNAL_ERROR, which no hook reads as a FAIL (deploy/slurm: "could not check"; NPD: Unknown)."""
+    import traceback  # only on this path: 4 ms of every hook's start otherwise (tokenize, linecache)
+
     where = ""
     top = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     ours = tuple(os.path.join(top, name) + os.sep for name in ("verify", "plugins"))

@@ -14,6 +14,7 @@ tests/unit/test_security_imports.py keeps the two equal). Standard library only.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -23,6 +24,10 @@ import sys
 from verify.safe_io import UnsafePathError, check_dir_trusted, trusted_import_dirs
 
 BOOTSTRAP = "import sys; sys.path.insert(0, sys.argv[1]); import verify.isolated; verify.isolated.main()"
+# The scheduler hooks' launcher (roles/scheduler_hooks, tunefleet-check.j2) as a -c program with the same call,
+# PACKAGE_PARENT EXTRA_DIRS ARGS...: benchmarks/scheduler_modes.py times the hooks as the launcher starts them.
+HOOK_BOOTSTRAP = ("import sys; sys.path.insert(0, sys.argv[1]); import verify.isolated; "
+                  "verify.isolated.run(sys.argv[1], sys.argv[2], 'verify', sys.argv[3:], end_fast=True)")
 EXIT_REFUSED = 2  # bad input: a directory only someone else could have chosen
 # What a scheduler hook may import beyond the standard library: pynvml (GPU readings; else nvidia-smi) and,
 # for a hook without --spec that renders the desired state, jinja2, markupsafe and yaml.
@@ -51,9 +56,10 @@ def main() -> None:
     run(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:])
 
 
-def run(parent: str, extra: str, module: str, args: list) -> None:
+def run(parent: str, extra: str, module: str, args: list, end_fast: bool = False) -> None:
     """MODULE as __main__ with ARGS, after PARENT and each of EXTRA (':'-separated) passed the trust check;
-    the scheduler hooks' launcher (roles/scheduler_hooks, templates/tunefleet-check.j2) calls it directly."""
+    the scheduler hooks' launcher (roles/scheduler_hooks, templates/tunefleet-check.j2) calls it directly,
+    with end_fast: the process ends with the module's exit status as soon as it returns (end_now)."""
     try:
         check_dir_trusted(parent)
         dirs = trusted_import_dirs(extra.split(":") if extra else [])
@@ -63,4 +69,33 @@ def run(parent: str, extra: str, module: str, args: list) -> None:
         sys.exit(EXIT_REFUSED)
     sys.path[1:1] = dirs
     sys.argv = [module, *args]
-    runpy.run_module(module, run_name="__main__", alter_sys=True)
+    if not end_fast:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+        return
+    try:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+        status = 0
+    except SystemExit as done:
+        status = exit_status(done.code)
+    end_now(status)
+
+
+def exit_status(code: object) -> int:
+    """The process status sys.exit(code) gives: None 0, an int itself, anything else printed and 1."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+def end_now(status: int) -> None:
+    """Flush what was printed and end the process without the interpreter's teardown, which took 15 ms of a
+    prolog's ~200 on the 4x H200 (tests/device/nvml_costs.py). Only for a program whose files are closed and
+    whose threads are done when it returns, as the hooks' are (verify.scheduler.cli closes the NVML reading);
+    no atexit handler runs."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed pipe or stream: nothing more can be said on it
+            stream.flush()
+    os._exit(status)

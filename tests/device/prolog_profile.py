@@ -65,13 +65,13 @@ def steps(scratch: str) -> None:
             os.close(fd)
 
 
-# A fresh interpreter started as the hooks' launcher starts it (-I -S, the import directories found), stamping the
-# wall clock when its first line runs, after the imports and after the prolog; the parent stamps the start and
-# the end: interpreter start, imports, the prolog itself and the exit, per fresh process.
-STAGED = ("import time; began = time.time(); import sys; sys.path[0:0] = [sys.argv[1], *sys.argv[2].split(':')]; "
-          "import verify.cli; import verify.scheduler.cli; import pynvml; imported = time.time(); "
-          "code = verify.cli.main(sys.argv[3:]); done = time.time(); "
-          "sys.stderr.write(f'STAGES {began} {imported} {done}\\n'); sys.exit(code)")
+# A fresh interpreter started as the hooks' launcher starts it (-I -S, the import directories found, the process
+# ended with os._exit as verify.isolated.end_now ends it), stamping the wall clock when its first line runs and
+# when the prolog returned; the parent stamps the start and the end. The prolog imports its checks while its
+# NVML reading runs in a child (verify.scheduler.cli), so imports and NVML are one stage here: "run".
+STAGED = ("import time; began = time.time(); import os, sys; sys.path[0:0] = [sys.argv[1], *sys.argv[2].split(':')]; "
+          "import verify.cli; code = verify.cli.main(sys.argv[3:]); done = time.time(); "
+          "sys.stderr.write(f'STAGES {began} {done}\\n'); sys.stderr.flush(); os._exit(code)")
 
 
 def fresh_stages(argv: list, runs: int) -> None:
@@ -80,7 +80,7 @@ def fresh_stages(argv: list, runs: int) -> None:
 
     launch = hook_launch(sys.executable)
     python, parent, extra = launch[0], launch[4], launch[5]
-    stages: dict = {"start": [], "imports": [], "prolog": [], "exit": [], "whole": []}
+    stages: dict = {"start": [], "run": [], "exit": [], "whole": []}
     for _ in range(runs):
         spawned = time.time()
         done = subprocess.run([python, "-IS", "-c", STAGED, parent, extra, *argv], capture_output=True, text=True)
@@ -89,9 +89,9 @@ def fresh_stages(argv: list, runs: int) -> None:
         if line is None:
             print(f"fresh process: no stages ({done.returncode}): {done.stderr[-400:]}")
             return
-        began, imported, finished = map(float, line.split()[1:])
-        for key, value in (("start", began - spawned), ("imports", imported - began), ("prolog", finished - imported),
-                           ("exit", ended - finished), ("whole", ended - spawned)):
+        began, finished = map(float, line.split()[1:])
+        for key, value in (("start", began - spawned), ("run", finished - began), ("exit", ended - finished),
+                           ("whole", ended - spawned)):
             stages[key].append(value * 1e3)
     print(f"fresh prolog processes ({runs}), ms p50 / max: " + ", ".join(
         f"{key} {sorted(v)[len(v) // 2]:.1f} / {max(v):.1f}" for key, v in stages.items()))

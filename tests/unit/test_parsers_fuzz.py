@@ -565,6 +565,8 @@ EXEMPT = {
     "verify.kernel_rules:load_home": "imports the collection's own module_utils file, no input parsed",
     "verify.node:Node.read_binary": "read_capped/read_beneath of one file; Node.read's callers' parsers are fuzzed",
     "verify.scheduler.nvml:read_gpu": "NVML calls, no text parsed",
+    "verify.scheduler.nvml:read_fabric": "one NVML call filling NVML's own struct, no text parsed",
+    "verify.scheduler.nvml:_read_session": "NVML calls, no text parsed",
     "verify.fleet.nccl_pair:_read": "a live sysfs attribute through read_capped",
     "verify.fleet.pairing:load_outcomes": "load_json_bounded of nccl_pair's own output; from_dict refuses bad shapes",
     "verify.fleet.report:read_pairs": "blame's own summary, bounded; damaged cells skipped (test_fleet_pairs_report)",

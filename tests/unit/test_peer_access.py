@@ -23,7 +23,7 @@ from verify.judging import verdicts
 from verify.node import Node
 from verify.result import Status
 from verify.runner import CommandOutput
-from verify.scheduler import nvml
+from verify.scheduler import nvml_facts
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "node"
 CAPTURED = FIXTURES / "peer_access"
@@ -215,7 +215,7 @@ def test_the_check_is_registered_and_runs_through_the_registry(tmp_path):
 # ---- health.p2p from the scheduler's NVML session (node.memo, no command) --------------------------------
 
 def raw_gpu(index: int, p2p: dict) -> dict:
-    """One GPU as verify.scheduler.nvml.read_raw(with_p2p=True) returns it (the fields prime reads)."""
+    """One GPU as verify.scheduler.nvml.read_raw(P2P_CAPS) returns it (the fields prime reads)."""
     return {"index": index, "bus_id": H200_BUSES[index], "name": "NVIDIA H200", "uuid": f"GPU-{index}",
             "persistence": True, "memory_mib": 143771, "p2p": p2p}
 
@@ -224,7 +224,7 @@ def test_nvmls_reading_primed_by_the_hook_is_judged_and_no_command_runs_for_it(t
     runner = Runner()
     node = gpu_node(tmp_path, runner)
     ok = {"read": 0, "write": 0}
-    nvml.prime(node, "580.159.04", [raw_gpu(0, {1: ok}), raw_gpu(1, {0: ok})])
+    nvml_facts.prime(node, "580.159.04", [raw_gpu(0, {1: ok}), raw_gpu(1, {0: ok})])
     [result] = health_p2p.run(desired_state(), node)
     assert result.status is Status.PASS and result.details["source"] == peer_access.SOURCE_NVML
     assert result.reason.endswith("(2 ordered pairs; NVML P2P status, read and write)")
@@ -233,7 +233,7 @@ def test_nvmls_reading_primed_by_the_hook_is_judged_and_no_command_runs_for_it(t
 
 def test_an_nvml_refusal_over_nvlink_names_the_status(tmp_path):
     node = gpu_node(tmp_path, Runner())
-    nvml.prime(node, "580.159.04", [raw_gpu(0, {1: {"read": 5, "write": 5}}), raw_gpu(1, {0: {"read": 0, "write": 0}})])
+    nvml_facts.prime(node, "580.159.04", [raw_gpu(0, {1: {"read": 5, "write": 5}}), raw_gpu(1, {0: {"read": 0, "write": 0}})])
     [result] = health_p2p.run(desired_state(), node)
     assert result.status is Status.FAIL
     assert "0->1 (NV18; read NOT_SUPPORTED, write NOT_SUPPORTED)" in result.reason
@@ -243,7 +243,7 @@ def test_an_nvml_refusal_over_nvlink_names_the_status(tmp_path):
 def test_a_gpu_nvml_gave_no_p2p_row_leaves_the_answer_to_nvidia_smi(tmp_path):
     runner = Runner()
     node = gpu_node(tmp_path, runner)
-    nvml.prime(node, "580.159.04", [raw_gpu(0, {1: {"read": 0, "write": 0}}), raw_gpu(1, None)])
+    nvml_facts.prime(node, "580.159.04", [raw_gpu(0, {1: {"read": 0, "write": 0}}), raw_gpu(1, None)])
     assert peer_access.MEMO_P2P not in node.memo
     [result] = health_p2p.run(desired_state(), node)
     assert result.details["source"] == peer_access.SOURCE_SMI and runner.calls[:2] == [P2P_R, P2P_W]

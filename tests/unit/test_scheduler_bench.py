@@ -6,14 +6,14 @@ from __future__ import annotations
 import importlib.util
 import sys
 import threading
-import time
 import types
 from pathlib import Path
 
-from verify.scheduler import nvml
+from tests.helpers.fake_pynvml import HANDLE_S, INIT_S, fake_pynvml
+from verify.facts import peer_access
+from verify.scheduler import nvml, nvml_facts
 
 REPO = Path(__file__).resolve().parents[2]
-INIT_S, HANDLE_S = 0.05, 0.002
 
 
 def load_benchmark():
@@ -21,31 +21,6 @@ def load_benchmark():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def fake_pynvml(gpus: int) -> types.SimpleNamespace:
-    def handle(index):
-        time.sleep(HANDLE_S)
-        return index
-
-    def unsupported(*_):
-        raise RuntimeError("not supported")
-
-    return types.SimpleNamespace(
-        NVMLError=RuntimeError, NVML_FEATURE_ENABLED=1, NVML_MEMORY_ERROR_TYPE_UNCORRECTED=1,
-        NVML_VOLATILE_ECC=0, NVML_AGGREGATE_ECC=1, NVML_TEMPERATURE_GPU=0,
-        nvmlInit=lambda: time.sleep(INIT_S), nvmlShutdown=lambda: None,
-        nvmlSystemGetDriverVersion=lambda: "580.159.04", nvmlDeviceGetCount=lambda: gpus,
-        nvmlDeviceGetHandleByIndex=handle,
-        nvmlDeviceGetPciInfo=lambda h: types.SimpleNamespace(busId=f"00000000:{h + 0x18:02X}:00.0".encode()),
-        nvmlDeviceGetCurrentClocksThrottleReasons=unsupported, nvmlDeviceGetEccMode=unsupported,
-        nvmlDeviceGetMemoryInfo=unsupported, nvmlDeviceGetPersistenceMode=lambda h: 1,
-        nvmlDeviceGetName=lambda h: b"NVIDIA H100 80GB HBM3", nvmlDeviceGetUUID=unsupported,
-        nvmlDeviceGetTotalEccErrors=unsupported, nvmlDeviceGetRetiredPagesPendingStatus=unsupported,
-        nvmlDeviceGetRemappedRows=unsupported, nvmlDeviceGetTemperature=lambda h, sensor: 39,
-        nvmlDeviceGetPowerUsage=unsupported, nvmlDeviceGetEnforcedPowerLimit=unsupported,
-        nvmlDeviceGetVbiosVersion=unsupported,
-    )
 
 
 def test_the_per_gpu_time_excludes_init_and_scales_the_estimate(monkeypatch):
@@ -120,35 +95,33 @@ def with_p2p_status(fake: types.SimpleNamespace, refused: dict) -> types.SimpleN
 
 
 def test_the_health_hook_reads_every_pairs_p2p_status_and_the_prolog_none(monkeypatch):
-    from verify.facts import peer_access
     from verify.node import Node
 
     fake = with_p2p_status(fake_pynvml(3), {(0, 2, 1): 5})  # GPU0 -> GPU2: WRITE NOT_SUPPORTED
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     driver, gpus = nvml.read_raw()
     assert "p2p" not in gpus[0] and fake.asked == []  # the prolog does not ask
-    driver, gpus = nvml.read_raw(with_p2p=True)
+    driver, gpus = nvml.read_raw(peer_access.P2P_CAPS)
     assert sorted(fake.asked) == [(a, b, caps) for a in range(3) for b in range(3) if a != b for caps in (0, 1)]
     assert gpus[0]["p2p"] == {1: {"read": 0, "write": 0}, 2: {"read": 0, "write": 5}}
     node = Node()
-    nvml.prime(node, driver, gpus)
+    nvml_facts.prime(node, driver, gpus)
     access = node.memo[peer_access.MEMO_P2P]
     assert access.source == peer_access.SOURCE_NVML and access.refused == [(0, 2)] and len(access.can_access) == 6
     assert access.status[(0, 2)] == {"read": "OK", "write": "NOT_SUPPORTED"}
 
 
 def test_pynvmls_own_tuple_index_would_be_refused_and_leaves_p2p_to_nvidia_smi(monkeypatch):
-    from verify.facts import peer_access
     from verify.node import Node
 
     fake = with_p2p_status(fake_pynvml(2), {})
     refuse = fake.nvmlDeviceGetP2PStatus
     fake.nvmlDeviceGetP2PStatus = lambda a, b, index: refuse(a, b, (index,))  # as pynvml's constant is spelt
     monkeypatch.setitem(sys.modules, "pynvml", fake)
-    driver, gpus = nvml.read_raw(with_p2p=True)
+    driver, gpus = nvml.read_raw(peer_access.P2P_CAPS)
     assert driver == "580.159.04" and gpus[0]["p2p"] is None  # refused: no answer, not a verdict
     node = Node()
-    nvml.prime(node, driver, gpus)
+    nvml_facts.prime(node, driver, gpus)
     assert peer_access.MEMO_P2P not in node.memo and "gpus" in node.memo
 
 

@@ -22,7 +22,7 @@ from verify.facts import fabric, health_smi
 from verify.node import Node
 from verify.result import Status
 from verify.runner import CommandOutput
-from verify.scheduler import kernel_events, nvml
+from verify.scheduler import kernel_events, nvml_facts
 from verify.scheduler import state as saved
 from verify.scheduler.modes import Options, run_mode
 
@@ -209,7 +209,7 @@ H100 = {"index": 0, "bus_id": "00000000:00:06.0", "name": "NVIDIA H100 80GB HBM3
 
 def gpu(**changes) -> health_smi.GpuHealth:
     raw = dict(H100, **changes)
-    return health_smi.GpuHealth(0, raw["bus_id"], raw["name"], nvml.health_fields(raw))
+    return health_smi.GpuHealth(0, raw["bus_id"], raw["name"], nvml_facts.health_fields(raw))
 
 
 def test_nvml_readings_are_judged_by_the_same_judges_as_nvidia_smi():

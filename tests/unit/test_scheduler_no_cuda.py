@@ -21,7 +21,8 @@ from tests.unit.test_checks_health_replay import HEALTH, CaptureRunner, nvml_inv
 from verify.facts import peer_access
 from verify.result import Status
 from verify.runner import CommandOutput
-from verify.scheduler.modes import MODES, Options, run_mode
+from verify.scheduler.contract import MODES
+from verify.scheduler.modes import Options, run_mode
 
 REPO = Path(__file__).resolve().parents[2]
 P2P_OK = (REPO / "tests" / "fixtures" / "node" / "peer_access" / "gpux2-p2p-ok.stdout").read_text()

@@ -2,7 +2,7 @@
 and cluster ids) per GPU, the NVSwitches on the PCI bus, and nvidia-fabricmanager's service state and version.
 
 Two sources of the per-GPU state, the same numbers: the scheduler's in-process NVML reading
-(verify.scheduler.nvml.read_raw puts (state, status) per index in node.memo[MEMO_FABRIC]) and
+(verify.scheduler.nvml.read_raw reads (state, status) per index, nvml_facts.prime puts it in node.memo[MEMO_FABRIC]) and
 `nvidia-smi -q`'s "Fabric" section, parsed here (`parse_smi_fabric`, a pure function of the text).
 NVML's names: nvmlGpuFabricState_t NOT_SUPPORTED 0, NOT_STARTED 1, IN_PROGRESS 2, COMPLETED 3 (nvml.h);
 nvidia-smi prints them "N/A", "Not Started", "In Progress", "Completed" and the status as "Success" or the

@@ -5,7 +5,7 @@ WRITE), never from a CUDA context: the scheduler's hooks run beside users' jobs,
 from the job and cannot be created at all on a GPU in EXCLUSIVE_PROCESS mode (DCGM's health watches and gpud
 read NVML alone for the same reason). Two readers give the same answer:
 
-- the scheduler's in-process NVML session (verify.scheduler.nvml.read_raw asks every pair, `prime` hands the
+- the scheduler's in-process NVML session (verify.scheduler.nvml.read_raw asks every pair, nvml_facts.prime hands the
   PeerAccess to node.memo[MEMO_P2P]);
 - elsewhere (`verify --local`, drills, captured output) `nvidia-smi topo -p2p r` and `-p2p w` through
   node.run: a GPU-by-GPU matrix of X / OK / CNS / GNS / TNS / NS / DR / U with a Legend.

@@ -1,24 +1,18 @@
-"""`tunefleet check --mode prolog|epilog|health|npd`: parse, build the desired state, run the mode, answer
-in the hook's contract (verify.scheduler.modes), write the JSON report and the Prometheus textfile.
+"""`tunefleet check --mode prolog|epilog|health|npd`: the command line; the run itself is
+verify.scheduler.hook.
 
-The desired state comes from --spec (the installed hooks pass the one roles/scheduler_hooks rendered), or
-is rendered from the role defaults once and then read from the state directory (spec_cache.py)."""
+A prolog or epilog starts its NVML reading (verify.scheduler.nvml.Reading) here, before it imports the
+checks, the report and the scheduler's actions: the driver answers while this process imports. This module
+therefore imports only what its parser needs.
+"""
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import sys
 
-from verify import inject
-from verify.desired import SpecError, load_spec_file
-from verify.history.drain import DEFAULT_CAP, parse_cap
-from verify.node import Node
-from verify.runner import run_command
-from verify.scheduler import modes
+from verify.history.drain import DEFAULT_CAP
+from verify.scheduler import contract, nvml
 from verify.scheduler.state import DEFAULT_DIR
 
-DEFAULT_TEXTFILE_DIR = "/var/lib/tunefleet-metrics"  # root-owned 0755; node_exporter --collector.textfile.directory
 EXIT_HELP = ("exit codes: prolog/epilog 0 run the job (also when a check could not run), 1 a check FAILed (the "
              "node was drained); health 0 ok, 1 FAIL, 2 bad input, 3 could not check (ERROR); npd 0 OK, 1 problem, "
              "2 unknown; every mode 70 tunefleet itself failed (no verdict, never a drain: the Slurm hook answers "
@@ -28,7 +22,7 @@ EXIT_HELP = ("exit codes: prolog/epilog 0 run the job (also when a check could n
 def add_parser(sub) -> None:
     c = sub.add_parser("check", help="one scheduler hook: Slurm prolog/epilog/HealthCheckProgram, an NPD plugin",
                        epilog=EXIT_HELP)
-    c.add_argument("--mode", required=True, choices=modes.MODES,
+    c.add_argument("--mode", required=True, choices=contract.MODES,
                    help="prolog/epilog (<= 0.5 s GPU set), health (every check, no benchmark; drains on FAIL), "
                         "npd (node-problem-detector custom plugin: exit 0/1/2, one line)")
     source = c.add_mutually_exclusive_group()
@@ -43,8 +37,8 @@ def add_parser(sub) -> None:
                    help=f"root-owned 0700 directory for the kernel-log cursor and counters (default {DEFAULT_DIR}; "
                         "'' keeps no state)")
     c.add_argument("--textfile-dir", default=None,
-                   help=f"node_exporter textfile directory for tunefleet_<mode>.prom (default {DEFAULT_TEXTFILE_DIR} "
-                        "when it exists; '' writes none)")
+                   help="node_exporter textfile directory for tunefleet_<mode>.prom (default "
+                        f"{contract.DEFAULT_TEXTFILE_DIR} when it exists; '' writes none)")
     c.add_argument("--report", metavar="FILE", default=None, help="also write the JSON node report here")
     c.add_argument("--no-drain", action="store_true", help="judge only: never drain or resume")
     c.add_argument("--dry-run", action="store_true", help="print the drain/resume commands instead of running them")
@@ -54,95 +48,20 @@ def add_parser(sub) -> None:
     c.add_argument("--drain-cap", default=DEFAULT_CAP,
                    help="drain no more than this share ('10%%') or count ('3') of the cluster's nodes "
                         f"(default {DEFAULT_CAP.replace('%', '%%')}); nodes tunefleet drained already count")
-    c.add_argument("--max-output", type=int, default=modes.NPD_OUTPUT_LIMIT,
+    c.add_argument("--max-output", type=int, default=contract.NPD_OUTPUT_LIMIT,
                    help="npd: cut the line to this many characters (the plugin's maxOutputLength)")
 
 
-def _bad_input(mode: str, message: str) -> int:
-    """Bad input never drains: a prolog lets the job run (exit 0), health says 2, npd 'unknown' (2)."""
-    print(f"tunefleet check --mode {mode}: {message}", file=sys.stderr if mode != "npd" else sys.stdout)
-    return 0 if mode in ("prolog", "epilog") else 2
-
-
-def _write_textfile(report: dict, mode: str, directory: str) -> str:
-    from verify.report import prometheus
-    from verify.safe_io import SHARED_FILE, open_trusted_dir, write_in_dir
-
-    try:
-        dir_fd = open_trusted_dir(directory, create=True, mode=0o755)
-        try:
-            write_in_dir(dir_fd, f"tunefleet_{mode}.prom", prometheus.render(report, mode=mode), SHARED_FILE,
-                         durable=False)  # the next run rewrites it
-        finally:
-            os.close(dir_fd)
-    except OSError as exc:
-        return f"Prometheus textfile not written in {directory}: {exc.strerror or exc}"
-    return ""
-
-
-def desired_state(args: argparse.Namespace) -> tuple:
-    """(desired state, where it came from): --spec, else the state directory's cached rendering."""
-    if args.spec:
-        if args.vars:
-            raise ValueError("--vars cannot be combined with --spec (the file is already rendered)")
-        return load_spec_file(args.spec), f"--spec {args.spec}"
-    # Only a hook without --spec reads the cache (hashlib loads OpenSSL: 3-6 ms of every installed hook's start).
-    from verify.scheduler import spec_cache
-
-    host = os.uname().nodename  # the name socket.gethostname() gives, without importing socket
-
-    def render() -> dict:
-        # Only a first run (or one whose inputs changed) renders: verify.local_run, jinja2 and PyYAML are
-        # imported here for that run alone, to keep every other hook start short.
-        from verify.local_run import build_spec
-
-        return build_spec(None, args.profile, args.vars, host)
-
-    return spec_cache.cached_spec(args.state_dir, args.profile, args.vars, host, render)
 
 
 def main(args: argparse.Namespace) -> int:
-    mode = args.mode
+    reading = nvml.Reading() if args.mode in contract.JOB_MODES and contract.live_node(args.inject, args.root) \
+        else None
     try:
-        parse_cap(args.drain_cap)
-        spec, spec_source = desired_state(args)
-        over_tree = args.root not in ("/", "")
-        if args.root and not os.path.isdir(args.root):
-            raise ValueError(f"--root {args.root}: not a directory")
-        runner = inject.load(args.inject, inject.no_command if over_tree else run_command) if args.inject \
-            else run_command
-    except (ValueError, SpecError, inject.InjectionError, OSError) as exc:
-        return _bad_input(mode, str(exc))
-    node = Node(root=args.root, runner=runner, live=True if args.inject and over_tree else None)
-    name = args.node_name or os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
-    options = modes.Options(mode, state_dir=args.state_dir, drain=not args.no_drain, dry_run=args.dry_run,
-                            scheduler=args.scheduler, node_name=name, cap=args.drain_cap,
-                            use_nvml=not args.inject and not over_tree, use_kmsg=not args.inject and not over_tree,
-                            output_limit=args.max_output, spec_source=spec_source)
-    outcome = modes.run_mode(spec, node, options)
-    messages = []
-    textfile = args.textfile_dir
-    if textfile is None:
-        textfile = DEFAULT_TEXTFILE_DIR if os.path.isdir(DEFAULT_TEXTFILE_DIR) else ""
-    if textfile:
-        messages.append(_write_textfile(outcome.report, mode, textfile))
-    if args.report:
-        from verify.safe_io import PRIVATE_FILE, write_file_atomic
+        # Imported after the reading started, to overlap it (an import kept lazy for speed in the entry point)
+        from verify.scheduler import hook
 
-        try:
-            write_file_atomic(args.report, json.dumps(outcome.report, indent=1) + "\n", PRIVATE_FILE)
-        except OSError as exc:
-            messages.append(f"--report {args.report}: not written: {exc.strerror or exc}")
-    for row in outcome.actions:
-        messages.append(f"{row.status.value} {row.check_id}: {row.reason}")
-    if mode in ("prolog", "epilog"):
-        # Slurm keeps a prolog's stdout to itself; stderr reaches slurmd's log
-        if outcome.code:
-            print(f"tunefleet {mode}: {outcome.line}", file=sys.stderr)
-        elif any(r.status.value == "ERROR" for r in outcome.results):
-            print(f"tunefleet {mode}: could not check everything, job allowed: {outcome.line}", file=sys.stderr)
-    else:
-        print(outcome.line if mode == "npd" else f"tunefleet {mode}: {outcome.line}")
-    for message in filter(None, messages):
-        print(f"tunefleet {mode}: {message}", file=sys.stderr)
-    return outcome.code
+        return hook.main(args, reading)
+    finally:
+        if reading is not None:
+            reading.close()

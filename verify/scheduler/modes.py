@@ -29,19 +29,18 @@ from verify.checks import REGISTRY, run_checks
 from verify.checks.health_common import remember_previous
 from verify.checks.health_fabric import fabric_results
 from verify.facts.fabric import MEMO_FABRIC
+from verify.facts.peer_access import P2P_CAPS
 from verify.history.drain import DEFAULT_CAP, act, cap_allows, first_failure
 from verify.node import Node
 from verify.report import build_report, utc_now
 from verify.result import CheckResult, Status, exit_code, sort_for_people
-from verify.scheduler import kernel_events, nvml
+from verify.scheduler import contract, kernel_events, nvml, nvml_facts
 from verify.scheduler import state as saved
 
-MODES = ("prolog", "epilog", "health", "npd")
 PROLOG_CHECKS = ("health.gpu.presence", "gpu.persistence_mode", "health.gpu.xid", "health.gpu.memory",
                  "health.gpu.clocks", "gpu.nvidia_peermem")
 ROLE = "scheduler"
 NPD_OK, NPD_PROBLEM, NPD_UNKNOWN = 0, 1, 2
-NPD_OUTPUT_LIMIT = 80  # node-problem-detector's custom plugin default maxOutputLength
 
 
 @dataclass
@@ -56,8 +55,9 @@ class Options:
     cap: str = DEFAULT_CAP
     use_nvml: bool = True  # False in drills: the captured nvidia-smi answers must be the ones judged
     use_kmsg: bool = True  # False over a --root tree or in a drill: the captured dmesg is the log
-    output_limit: int = NPD_OUTPUT_LIMIT
+    output_limit: int = contract.NPD_OUTPUT_LIMIT
     spec_source: str = ""  # "--spec FILE", "cache" or "rendered" (verify.scheduler.spec_cache), for the report
+    nvml_reading: Optional[nvml.Reading] = None  # started by the caller (the prolog's, before its imports)
 
 
 @dataclass
@@ -70,7 +70,7 @@ class Outcome:
 
 
 def checks_of(mode: str) -> list:
-    return list(PROLOG_CHECKS) if mode in ("prolog", "epilog") else list(REGISTRY)
+    return list(PROLOG_CHECKS) if mode in contract.JOB_MODES else list(REGISTRY)
 
 
 def _state_row(message: str) -> CheckResult:
@@ -104,9 +104,10 @@ def judge(spec: dict, node: Node, options: Options, now: Optional[float] = None)
         state = saved.State(boot_id=boot, last_run=state.last_run)
     names = checks_of(options.mode)
     if options.use_nvml:  # peer access too where health.p2p runs: NVML, never a CUDA context
-        driver, raw = nvml.read_raw(with_p2p="health.p2p" in names)
+        caps = P2P_CAPS if "health.p2p" in names else ()
+        driver, raw = options.nvml_reading.answer() if options.nvml_reading else nvml.read_raw(caps)
         if driver is not None:
-            nvml.prime(node, driver, raw)
+            nvml_facts.prime(node, driver, raw)
         run["gpu_source"] = "nvml" if driver is not None else f"nvidia-smi ({raw})"
     since, why = kernel_events.read_since(node, state.kernel_uptime_s, options.use_kmsg)
     if since is not None:
@@ -136,7 +137,7 @@ def judge(spec: dict, node: Node, options: Options, now: Optional[float] = None)
         if problem:
             rows.append(_state_row(problem))
     run.update(duration_s=round(time.perf_counter() - start, 4), check_timings_s=timings, root=node.root,
-               benchmarks=False, gpu_uuids=node.memo.get(nvml.MEMO_UUIDS) or {},
+               benchmarks=False, gpu_uuids=node.memo.get(nvml_facts.MEMO_UUIDS) or {},
                command="tunefleet " + " ".join(sys.argv[1:]))
     return results + rows, run
 

@@ -1,65 +1,22 @@
-"""In-process NVML for the scheduler modes: one NVML session reads every GPU reading the prolog judges,
-and hands them to the same facts the checks read (node.memo: verify.facts.gpu_query's inventory and
-verify.facts.health_smi's readings), so the checks' judges run unchanged without an nvidia-smi process.
+"""The scheduler modes' NVML session: the only code that touches NVML (pynvml, imported inside the reading).
+One session reads every GPU reading the mode judges (read_raw: a dict of raw numbers per GPU, None where
+not supported); verify.scheduler.nvml_facts hands them to the facts the checks read.
 
-Split like the rest of verify: `read_raw` is the only code that touches NVML (pynvml, imported inside it);
-`health_fields` is a pure function from those numbers to the fields nvidia-smi would have printed.
-The NVSwitch fabric state it reads goes to node.memo[verify.facts.fabric.MEMO_FABRIC]; its judge is
-verify.checks.health_fabric. Where health.p2p runs (the health and npd hooks) it also asks NVML's P2P status
-of every ordered pair (READ and WRITE), primed as the PeerAccess health.p2p judges: no CUDA context.
-Where pynvml is missing the checks fall back to nvidia-smi by themselves (slower: a process per query).
+The prolog and epilog start the reading (`Reading`, a forked child) before they import their checks: NVML's
+initialisation and the GPUs' first answers (GSP firmware calls: ~13 ms to initialise, ~17 ms per GPU, ~8 ms
+to shut down on the 4x H200, tests/device/nvml_costs.py) and this process's imports then overlap instead of
+adding up. Where health.p2p runs (the health and npd hooks) the session also asks NVML's P2P
+status of every ordered pair for each capability it is given (verify.facts.peer_access.P2P_CAPS: READ and
+WRITE): no CUDA context.
 """
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import marshal
+import os
 import threading
 from typing import Optional
-
-from verify.facts import health_smi
-from verify.facts.fabric import MEMO_FABRIC
-from verify.facts.gpu_query import Gpu, GpuInventory
-from verify.facts.peer_access import MEMO_P2P, P2P_CAPS, SOURCE_NVML, from_status
-from verify.judging import clock_reasons
-from verify.node import Node
-
-NA = "[N/A]"
-# nvmlClocksEventReason* bits as nvidia-smi names them in --query-gpu, from their one home: the problem
-# reasons the clocks check judges and the power cap it shows (verify.judging.clock_reasons)
-CLOCK_BITS = tuple((clock_reasons.smi_field(name), bit) for bit, name in clock_reasons.REASON_BITS
-                   if name in clock_reasons.PROBLEM + clock_reasons.AT_POWER_LIMIT)
-MEMO_UUIDS = "gpu_uuids"  # bus id -> UUID, for the Prometheus labels
-
-
-def _yes(value) -> str:
-    return NA if value is None else ("Yes" if value else "No")
-
-
-def health_fields(raw: dict) -> dict:
-    """One GPU's raw NVML numbers (read_raw's dict; None = not supported) -> nvidia-smi's --query-gpu fields."""
-    def number(name: str, scale: float = 1.0) -> str:
-        value = raw.get(name)
-        return NA if value is None else f"{value * scale:g}"
-
-    fields = {"index": str(raw["index"]), "pci.bus_id": raw["bus_id"], "name": raw.get("name") or ""}
-    ecc = raw.get("ecc_mode")
-    fields["ecc.mode.current"] = NA if ecc is None else ("Enabled" if ecc else "Disabled")
-    fields["ecc.errors.uncorrected.volatile.total"] = number("ecc_uncorrected_volatile")
-    fields["ecc.errors.uncorrected.aggregate.total"] = number("ecc_uncorrected_aggregate")
-    fields["retired_pages.pending"] = _yes(raw.get("retired_pending"))
-    rows = raw.get("remapped_rows")  # (correctable, uncorrectable, pending, failure)
-    fields["remapped_rows.pending"] = NA if rows is None else _yes(rows[2])
-    fields["remapped_rows.failure"] = NA if rows is None else _yes(rows[3])
-    fields["remapped_rows.uncorrectable"] = NA if rows is None else str(rows[1])
-    reasons = raw.get("clock_reasons")
-    fields["clocks_throttle_reasons.active"] = NA if reasons is None else f"0x{reasons:016x}"
-    for name, bit in CLOCK_BITS:
-        fields[name] = NA if reasons is None else ("Active" if reasons & bit else "Not Active")
-    fields["temperature.gpu"] = number("temperature_c")
-    fields["temperature.gpu.tlimit"] = number("tlimit_margin_c")
-    fields["temperature.memory"] = NA
-    fields["power.draw"] = number("power_mw", 1e-3)
-    fields["enforced.power.limit"] = number("power_limit_mw", 1e-3)
-    fields["vbios_version"] = raw.get("vbios") or NA
-    return fields
 
 
 def _text(value) -> str:
@@ -83,7 +40,6 @@ def read_gpu(pynvml, index: int) -> dict:
     ecc = _ask(pynvml, pynvml.nvmlDeviceGetEccMode, h)
     memory = _ask(pynvml, pynvml.nvmlDeviceGetMemoryInfo, h)
     margin = _ask(pynvml, getattr(pynvml, "nvmlDeviceGetMarginTemperature", None), h)
-    fabric = _ask(pynvml, getattr(pynvml, "nvmlDeviceGetGpuFabricInfo", None), h)
     persistence = _ask(pynvml, pynvml.nvmlDeviceGetPersistenceMode, h)
     return {
         "index": index, "bus_id": _text(pynvml.nvmlDeviceGetPciInfo(h).busId),
@@ -105,21 +61,36 @@ def read_gpu(pynvml, index: int) -> dict:
         "power_mw": _ask(pynvml, pynvml.nvmlDeviceGetPowerUsage, h),
         "power_limit_mw": _ask(pynvml, pynvml.nvmlDeviceGetEnforcedPowerLimit, h),
         "vbios": _text(_ask(pynvml, pynvml.nvmlDeviceGetVbiosVersion, h) or ""),
-        "fabric": None if fabric is None else (int(fabric.state), int(fabric.status)),
+        "fabric": read_fabric(pynvml, h),
     }
 
 
-def read_p2p_row(pynvml, index: int, count: int) -> Optional[dict]:
-    """{peer index: {capability: nvmlGpuP2PStatus_t}} of one GPU towards every other, inside an initialised
-    session; None where NVML answers no status for one of them (health.p2p then asks nvidia-smi)."""
+def read_fabric(pynvml, handle) -> Optional[tuple]:
+    """(state, status) of the GPU's NVSwitch fabric registration, or None where NVML has none for it. The
+    call fills a struct the caller passes (nvml.h: nvmlDeviceGetGpuFabricInfo(device, *gpuFabricInfo)); called
+    with the handle alone it raised TypeError, which read every GPU as having no fabric."""
+    struct = getattr(pynvml, "c_nvmlGpuFabricInfo_t", None)
+    call = getattr(pynvml, "nvmlDeviceGetGpuFabricInfo", None)
+    if struct is None or call is None:
+        return None
+    info = struct()
+    if _ask(pynvml, call, handle, ctypes.byref(info)) is None:
+        return None
+    return int(info.state), int(info.status)
+
+
+def read_p2p_row(pynvml, index: int, count: int, caps: tuple) -> Optional[dict]:
+    """{peer index: {capability: nvmlGpuP2PStatus_t}} of one GPU towards every other for each (name, NVML
+    capability index, ...) of caps, inside an initialised session; None where NVML answers no status for one
+    of them (health.p2p then asks nvidia-smi)."""
     handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+    status_of = getattr(pynvml, "nvmlDeviceGetP2PStatus", None)  # absent in an older pynvml: nvidia-smi answers
     row = {}
     for peer in range(count):
         if peer == index:
             continue
         other = pynvml.nvmlDeviceGetHandleByIndex(peer)
-        statuses = {name: _ask(pynvml, pynvml.nvmlDeviceGetP2PStatus, handle, other, caps_index)
-                    for name, caps_index, _ in P2P_CAPS}
+        statuses = {cap[0]: _ask(pynvml, status_of, handle, other, cap[1]) for cap in caps}
         if any(status is None for status in statuses.values()):
             return None
         row[peer] = {name: int(status) for name, status in statuses.items()}
@@ -149,9 +120,10 @@ def side_by_side(read_one, count: int) -> list:
     return answers
 
 
-def read_raw(with_p2p: bool = False) -> tuple:
-    """(driver version, [raw dict per GPU]) from one NVML session, or (None, why not). with_p2p: each GPU's
-    dict also holds "p2p" (read_p2p_row), for health.p2p; the prolog does not ask."""
+def read_raw(p2p_caps: tuple = (), hand_over=None) -> tuple:
+    """(driver version, [raw dict per GPU]) from one NVML session, or (None, why not). p2p_caps: each GPU's
+    dict also holds "p2p" (read_p2p_row), for health.p2p; the prolog asks none. hand_over(answer), where
+    given, is called with the answer before nvmlShutdown (8-9 ms on the GPU machines), which it need not wait for."""
     try:
         import pynvml  # only where NVML is read: the config checks run on a bare python3
     except ImportError:
@@ -161,39 +133,116 @@ def read_raw(with_p2p: bool = False) -> tuple:
     except pynvml.NVMLError as exc:
         return None, f"NVML did not initialise: {exc}"
     try:
-        driver = _text(pynvml.nvmlSystemGetDriverVersion())
-        count = pynvml.nvmlDeviceGetCount()
-        if count <= 1:
-            return driver, [read_gpu(pynvml, index) for index in range(count)]
-
-        def read_one(index: int) -> dict:
-            raw = read_gpu(pynvml, index)
-            if with_p2p:
-                raw["p2p"] = read_p2p_row(pynvml, index, count)
-            return raw
-
-        # NVML is thread-safe and ctypes releases the GIL in each call: the GPUs are read side by side, so an
-        # 8-GPU prolog does not pay 8 readings in a row (unless the driver itself serialises them).
-        return driver, side_by_side(read_one, count)
-    except pynvml.NVMLError as exc:
-        return None, f"NVML failed while reading the GPUs: {exc}"
+        try:
+            answer = _read_session(pynvml, p2p_caps)
+        except pynvml.NVMLError as exc:
+            answer = None, f"NVML failed while reading the GPUs: {exc}"
+        if hand_over is not None:
+            hand_over(answer)
+        return answer
     finally:
         pynvml.nvmlShutdown()
 
 
-def prime(node: Node, driver: str, raw_gpus: list) -> None:
-    """Hand one NVML reading to the facts the checks read, so none of them starts nvidia-smi."""
-    inventory = GpuInventory("nvml", [Gpu(g["index"], g["bus_id"], g.get("name") or "", g.get("persistence"),
-                                          g.get("memory_mib")) for g in raw_gpus], driver_version=driver)
-    node.memo["gpus"] = inventory
-    readings = [health_smi.GpuHealth(g["index"], g["bus_id"], g.get("name") or "", health_fields(g))
-                for g in raw_gpus]
-    node.memo["health_smi"] = (readings, "" if readings else "NVML lists no GPU")
-    node.memo[MEMO_UUIDS] = {g["bus_id"]: g["uuid"] for g in raw_gpus if g.get("uuid")}
-    node.memo[MEMO_FABRIC] = {g["index"]: g["fabric"] for g in raw_gpus if g.get("fabric") is not None}
-    rows = [g.get("p2p") for g in raw_gpus]
-    if len(raw_gpus) > 1 and all(row is not None for row in rows):  # else health.p2p asks nvidia-smi
-        by_capability = {name: {(g["index"], peer): row[peer][name] for g, row in zip(raw_gpus, rows) for peer in row}
-                         for name, _, _ in P2P_CAPS}
-        node.memo[MEMO_P2P] = from_status({g["index"]: g.get("name") or "" for g in raw_gpus}, by_capability,
-                                          SOURCE_NVML)
+def _read_session(pynvml, p2p_caps: tuple) -> tuple:
+    driver = _text(pynvml.nvmlSystemGetDriverVersion())
+    count = pynvml.nvmlDeviceGetCount()
+    if count <= 1:
+        return driver, [read_gpu(pynvml, index) for index in range(count)]
+
+    def read_one(index: int) -> dict:
+        raw = read_gpu(pynvml, index)
+        if p2p_caps:
+            raw["p2p"] = read_p2p_row(pynvml, index, count, p2p_caps)
+        return raw
+
+    # NVML is thread-safe and ctypes releases the GIL in each call: the GPUs are read side by side, so an
+    # 8-GPU prolog does not pay 8 readings in a row (unless the driver itself serialises them).
+    return driver, side_by_side(read_one, count)
+
+
+class Reading:
+    """read_raw in a child process forked before the hook imports the rest of what it runs: the child reads
+    NVML while this process imports, on two cores (a thread here would hold the GIL against the imports: on
+    the 4x H200 a thread saved 15-20 ms of the prolog's imports + NVML, where the two alone cost ~95 ms each).
+    answer() reads the child's answer from a pipe; close() reaps the child, whose nvmlShutdown ran after it
+    answered. Where pynvml is missing, the child answers that, as read_raw does."""
+
+    def __init__(self, p2p_caps: tuple = ()) -> None:
+        self._answer: Optional[tuple] = None
+        read_end, write_end = os.pipe()
+        self._pid = os.fork()
+        if self._pid == 0:  # the child: it never returns into its caller's code
+            try:
+                os.close(read_end)
+                _answer_through(write_end, p2p_caps)
+            finally:
+                os._exit(0)
+        os.close(write_end)
+        self._read_end = read_end
+
+    def answer(self) -> tuple:
+        """(driver version, [raw dict per GPU]) or (None, why not), as read_raw returns it. An error read_raw
+        did not foresee is raised here (the hook's exit 70, never a verdict)."""
+        if self._answer is None:
+            with os.fdopen(self._read_end, "rb") as pipe:
+                self._read_end = -1
+                data = pipe.read(MAX_ANSWER_BYTES + 1)
+            self._answer = _unpack(data, self._reap)
+        if self._answer[0] == RAISED:
+            raise ReadingFailed(self._answer[1])
+        return self._answer
+
+    def close(self) -> None:
+        """The child ended (nvmlShutdown returned, or it was cut short): before the process exits."""
+        if self._read_end >= 0:
+            os.close(self._read_end)
+            self._read_end = -1
+        self._reap()
+
+    def _reap(self) -> str:
+        """How the child ended ('' where it was reaped before)."""
+        if self._pid <= 0:
+            return ""
+        _, status = os.waitpid(self._pid, 0)
+        self._pid = 0
+        return f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit {os.WEXITSTATUS(status)}"
+
+
+class ReadingFailed(RuntimeError):
+    """The NVML reading process met an error read_raw does not foresee (a bug: never a node's verdict)."""
+
+
+RAISED = "raised"
+MAX_ANSWER_BYTES = 1 << 22  # 8 GPUs with their P2P rows take ~20 KiB
+
+
+def _answer_through(write_end: int, p2p_caps: tuple) -> None:
+    """The forked child's work: read NVML, send the answer (before nvmlShutdown), or the error it met."""
+    sent = []
+
+    def send(message: tuple) -> None:
+        if not sent:
+            sent.append(True)
+            with os.fdopen(write_end, "wb") as pipe:
+                pipe.write(marshal.dumps(message))
+
+    try:
+        send(read_raw(p2p_caps, send))
+    except BaseException as exc:  # noqa: BLE001 - said to the parent, which raises it
+        with contextlib.suppress(OSError):  # the parent stopped listening: nobody to tell
+            send((RAISED, f"{type(exc).__name__}: {exc}"[:2000]))
+
+
+def _unpack(data: bytes, reap) -> tuple:
+    """The child's message -> read_raw's answer; a child that ended without one is (None, why): the checks
+    then ask nvidia-smi, as without pynvml."""
+    if not data:
+        return None, f"the NVML reading process ended without an answer ({reap()})"
+    try:
+        message = marshal.loads(data) if len(data) <= MAX_ANSWER_BYTES else None
+    except (EOFError, ValueError, TypeError):
+        message = None
+    if not (isinstance(message, tuple) and len(message) == 2 and (message[0] is None or isinstance(message[0], str))):
+        return None, f"the NVML reading process answered {len(data)} bytes that are not an answer"
+    return message
