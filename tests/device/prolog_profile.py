@@ -66,12 +66,20 @@ def steps(scratch: str) -> None:
 
 
 # A fresh interpreter started as the hooks' launcher starts it (-I -S, the import directories found, the process
-# ended with os._exit as verify.isolated.end_now ends it), stamping the wall clock when its first line runs and
-# when the prolog returned; the parent stamps the start and the end. The prolog imports its checks while its
-# NVML reading runs in a child (verify.scheduler.cli), so imports and NVML are one stage here: "run".
+# ended with os._exit as verify.isolated.end_now ends it), stamping the wall clock when its first line runs, when
+# the prolog forked its NVML reading (verify.scheduler.nvml.Reading), when it began to wait for the answer, when
+# the answer came and when the prolog returned; the parent stamps the start and the end. Between the fork and
+# the wait the prolog imports its checks and reads the kernel log while the child reads NVML: a long "wait"
+# says NVML is the longer of the two.
 STAGED = ("import time; began = time.time(); import os, sys; sys.path[0:0] = [sys.argv[1], *sys.argv[2].split(':')]; "
-          "import verify.cli; code = verify.cli.main(sys.argv[3:]); done = time.time(); "
-          "sys.stderr.write(f'STAGES {began} {done}\\n'); sys.stderr.flush(); os._exit(code)")
+          "import verify.cli; from verify.scheduler import nvml; marks = {}; start, answer = nvml.Reading.__init__, "
+          "nvml.Reading.answer\n"
+          "def forked(self, *args):\n    marks['fork'] = time.time(); start(self, *args)\n"
+          "def answered(self):\n    marks['wait'] = time.time(); got = answer(self); marks['answer'] = time.time(); "
+          "return got\n"
+          "nvml.Reading.__init__, nvml.Reading.answer = forked, answered; code = verify.cli.main(sys.argv[3:]); "
+          "done = time.time(); stamps = ' '.join(str(marks.get(k, 0.0)) for k in ('fork', 'wait', 'answer')); "
+          "sys.stderr.write(f'STAGES {began} {stamps} {done}\\n'); sys.stderr.flush(); os._exit(code)")
 
 
 def fresh_stages(argv: list, runs: int) -> None:
@@ -80,7 +88,8 @@ def fresh_stages(argv: list, runs: int) -> None:
 
     launch = hook_launch(sys.executable)
     python, parent, extra = launch[0], launch[4], launch[5]
-    stages: dict = {"start": [], "run": [], "exit": [], "whole": []}
+    stages: dict = {"start": [], "to fork": [], "fork to wait": [], "wait": [], "after the answer": [], "exit": [],
+                    "whole": []}
     for _ in range(runs):
         spawned = time.time()
         done = subprocess.run([python, "-IS", "-c", STAGED, parent, extra, *argv], capture_output=True, text=True)
@@ -89,9 +98,10 @@ def fresh_stages(argv: list, runs: int) -> None:
         if line is None:
             print(f"fresh process: no stages ({done.returncode}): {done.stderr[-400:]}")
             return
-        began, finished = map(float, line.split()[1:])
-        for key, value in (("start", began - spawned), ("run", finished - began), ("exit", ended - finished),
-                           ("whole", ended - spawned)):
+        began, fork, wait, answer, finished = map(float, line.split()[1:])
+        for key, value in (("start", began - spawned), ("to fork", fork - began), ("fork to wait", wait - fork),
+                           ("wait", answer - wait), ("after the answer", finished - answer),
+                           ("exit", ended - finished), ("whole", ended - spawned)):
             stages[key].append(value * 1e3)
     print(f"fresh prolog processes ({runs}), ms p50 / max: " + ", ".join(
         f"{key} {sorted(v)[len(v) // 2]:.1f} / {max(v):.1f}" for key, v in stages.items()))

@@ -19,6 +19,7 @@ import pytest
 from tests.helpers.fake_node import desired_state
 from tests.helpers.fake_pynvml import fake_pynvml
 from verify import isolated
+from verify.cli import main
 from verify.facts import peer_access
 from verify.scheduler import nvml
 
@@ -127,6 +128,19 @@ def test_the_prolog_reads_nvml_in_a_child_started_before_its_checks_are_imported
     assert run["gpu_source"] == "nvml" and run["gpu_uuids"] == {}
     assert [g["bus_id"] for g in json.loads(report.read_text())["facts"]["gpus"]["gpus"]] == \
         ["00000000:18:00.0", "00000000:19:00.0"]
+
+
+def test_a_prolog_that_cannot_fork_reads_nvml_itself(monkeypatch, tmp_path):
+    def no_process(*_):
+        raise BlockingIOError(11, "Resource temporarily unavailable")  # fork at a cgroup's pids.max
+
+    monkeypatch.setattr(os, "fork", no_process)
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(2))
+    spec, report = tmp_path / "desired_state.json", tmp_path / "report.json"
+    spec.write_text(json.dumps(desired_state()))
+    code = main(["check", "--mode", "prolog", "--spec", str(spec), "--no-drain", "--state-dir=", "--textfile-dir=",
+                 "--report", str(report)])
+    assert code in (0, 1) and json.loads(report.read_text())["run"]["gpu_source"] == "nvml"
 
 
 # ---- the NVSwitch fabric state ---------------------------------------------------------------------------

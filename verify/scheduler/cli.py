@@ -55,8 +55,12 @@ def add_parser(sub) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    reading = nvml.Reading() if args.mode in contract.JOB_MODES and contract.live_node(args.inject, args.root) \
-        else None
+    reading = None
+    if args.mode in contract.JOB_MODES and contract.live_node(args.inject, args.root):
+        try:
+            reading = nvml.Reading()
+        except OSError:  # no process or pipe to spare (a cgroup's pids.max): the mode reads NVML itself
+            reading = None
     try:
         # Imported after the reading started, to overlap it (an import kept lazy for speed in the entry point)
         from verify.scheduler import hook

@@ -103,12 +103,6 @@ def judge(spec: dict, node: Node, options: Options, now: Optional[float] = None)
     if state.boot_id != boot:  # a reboot (or a first run): the cursor and the open events are of another boot
         state = saved.State(boot_id=boot, last_run=state.last_run)
     names = checks_of(options.mode)
-    if options.use_nvml:  # peer access too where health.p2p runs: NVML, never a CUDA context
-        caps = P2P_CAPS if "health.p2p" in names else ()
-        driver, raw = options.nvml_reading.answer() if options.nvml_reading else nvml.read_raw(caps)
-        if driver is not None:
-            nvml_facts.prime(node, driver, raw)
-        run["gpu_source"] = "nvml" if driver is not None else f"nvidia-smi ({raw})"
     since, why = kernel_events.read_since(node, state.kernel_uptime_s, options.use_kmsg)
     if since is not None:
         kernel_events.prime(node, since, state.open_events)
@@ -116,6 +110,13 @@ def judge(spec: dict, node: Node, options: Options, now: Optional[float] = None)
                              "records_read": since.records}
     else:
         run["kernel_log"] = {"unreadable": why}
+    # The kernel log first: a prolog's NVML reading (a child since its start) may still be answering.
+    if options.use_nvml:  # peer access too where health.p2p runs: NVML, never a CUDA context
+        caps = P2P_CAPS if "health.p2p" in names else ()
+        driver, raw = options.nvml_reading.answer() if options.nvml_reading else nvml.read_raw(caps)
+        if driver is not None:
+            nvml_facts.prime(node, driver, raw)
+        run["gpu_source"] = "nvml" if driver is not None else f"nvidia-smi ({raw})"
     # The counters saved below are stamped `now`: the checks measure this interval on that same clock.
     remember_previous(node, state.counters, state.counters_at, now)
     if state.counters:
