@@ -1,12 +1,14 @@
 """What each NVML query and a hook process's end cost on a GPU node (issue 39: which of the prolog's readings
 and which way of exiting are worth their milliseconds).
 
-    python3 tests/device/nvml_costs.py [SESSIONS]
+    python3 tests/device/nvml_costs.py [SESSIONS] [--layouts]     # --layouts: the last part alone
 
 Per fresh NVML session (nvmlInit .. nvmlShutdown, in this process): each query the scheduler modes make, per
 GPU, one GPU after another; then every GPU's whole reading (verify.scheduler.nvml.read_gpu) one after another
 and side by side. Then fresh `python3 -I -S` processes that import pynvml, read every GPU and end in four
 ways (nvmlShutdown or not, a normal exit or os._exit): the milliseconds from their last line to being reaped.
+Last, fresh processes reading every GPU three ways, from nvmlInit to the last GPU's answer: threads of one
+session (as the prolog's child does), the same after nvmlInitWithFlags(NO_ATTACH), and one process per GPU.
 """
 from __future__ import annotations
 
@@ -116,7 +118,47 @@ def endings(runs: int) -> None:
             print(f"  {shut:12} {how:6} {ms(walls)}")
 
 
+LAYOUT = ("import sys, time; sys.path[0:0] = [sys.argv[1], sys.argv[2]]; import os, pynvml; "
+          "from verify.scheduler import nvml; how = sys.argv[3]; gpus = int(sys.argv[4]); began = time.perf_counter()\n"
+          "if how == 'process per GPU':\n"
+          "    ends = []\n"
+          "    for index in range(gpus):\n"
+          "        read_end, write_end = os.pipe()\n"
+          "        if os.fork() == 0:\n"
+          "            pynvml.nvmlInit(); nvml.read_gpu(pynvml, index); os.write(write_end, b'1'); "
+          "pynvml.nvmlShutdown(); os._exit(0)\n"
+          "        ends.append(read_end)\n"
+          "    [os.read(end, 1) for end in ends]\n"
+          "else:\n"
+          "    pynvml.nvmlInitWithFlags(pynvml.NVML_INIT_FLAG_NO_ATTACH if how == 'threads, NO_ATTACH' else 0)\n"
+          "    nvml.side_by_side(lambda index: nvml.read_gpu(pynvml, index), gpus)\n"
+          "print(time.perf_counter() - began, flush=True)\n"
+          "if how == 'process per GPU':\n"
+          "    [os.wait() for _ in range(gpus)]")
+
+
+def layouts(runs: int) -> None:
+    where = str(Path(pynvml.__file__).parent)
+    pynvml.nvmlInit()
+    gpus = pynvml.nvmlDeviceGetCount()
+    pynvml.nvmlShutdown()
+    print(f"== every GPU read in a fresh process ({runs} each, {gpus} GPUs): nvmlInit to the last GPU's answer")
+    for how in ("threads", "threads, NO_ATTACH", "process per GPU"):
+        walls = []
+        for _ in range(runs):
+            done = subprocess.run([sys.executable, "-I", "-S", "-c", LAYOUT, str(REPO), where, how, str(gpus)],
+                                  capture_output=True, text=True)
+            if done.returncode:
+                print(f"  {how}: exit {done.returncode}: {done.stderr.strip()[-300:]}")
+                break
+            walls.append(float(done.stdout))
+        else:
+            print(f"  {how:20} {ms(walls)}")
+
+
 if __name__ == "__main__":
     runs = int(sys.argv[1]) if len(sys.argv) > 1 else 20
-    sessions(runs)
-    endings(runs)
+    if "--layouts" not in sys.argv:
+        sessions(runs)
+        endings(runs)
+    layouts(runs)
