@@ -11,7 +11,9 @@ import pytest
 from bench_helpers import NODE_FIXTURES, output, scripted_node
 
 import verify.bench as bench
-from verify.bench import cli
+from verify.bench import cli, nccl
+from verify.bench.common import parse_size
+from verify.profiles import list_profiles, load_profile
 from verify.result import Status
 
 
@@ -105,11 +107,18 @@ def test_full_set_on_two_gpus_with_perftest_runs_everything_and_names_still_work
 
 def test_quick_sizes_then_desired_state_options_then_the_callers(tmp_path):
     spec = {"verify": {"bench_options": {"nccl": {"max_bytes": "2G", "iters": 5}, "storage": {"dir": "/data"}}}}
-    assert bench.family_options("quick", "nccl", {}, None) == {"max_bytes": 1 << 30}
-    assert bench.family_options("full", "nccl", {}, None) == {}
+    assert bench.family_options("quick", "nccl", {}, None) == {} == bench.family_options("full", "nccl", {}, None)
     assert bench.family_options("quick", "nccl", spec, None) == {"max_bytes": 2 << 30, "iters": 5}
     assert bench.family_options("quick", "storage", spec, {"storage": {"dir": "/x"}}) == {
         "size_bytes": 1 << 30, "dir": "/x"}
+
+
+@pytest.mark.parametrize("name", list_profiles())
+def test_the_quick_all_reduce_is_judged_at_the_size_its_profile_floor_was_measured(name):
+    """A profile's busbw floor is its figure at the profile's largest size: the quick set's sweep reaches it."""
+    profile = load_profile(name)
+    quick = nccl.options_from(profile, bench.family_options("quick", "nccl", {}, None))
+    assert quick.max_bytes == parse_size(profile["bench"]["nccl_max_bytes"])
 
 
 @pytest.mark.parametrize("options, message", [
