@@ -163,10 +163,11 @@ def _read_session(pynvml, p2p_caps: tuple) -> tuple:
 
 class Reading:
     """read_raw in a child process forked before the hook imports the rest of what it runs: the child reads
-    NVML while this process imports, on two cores (a thread here would hold the GIL against the imports: on
-    the 4x H200 a thread saved 15-20 ms of the prolog's imports + NVML, where the two alone cost ~95 ms each).
-    answer() reads the child's answer from a pipe; close() reaps the child, whose nvmlShutdown ran after it
-    answered. Where pynvml is missing, the child answers that, as read_raw does."""
+    NVML while this process imports, on another core. A thread did about as well on the 4x H200 but shares
+    the GIL with the imports (a slower CPU pays for that), and a crash inside libnvidia-ml ends only the
+    child: the hook then reads the GPUs with nvidia-smi instead of dying by a signal, which Slurm would take
+    as a failed prolog and drain the node. answer() reads the child's answer from a pipe; close() reaps the
+    child, whose nvmlShutdown ran after it answered. Where pynvml is missing, the child answers that."""
 
     def __init__(self, p2p_caps: tuple = ()) -> None:
         self._answer: Optional[tuple] = None
