@@ -105,15 +105,20 @@ ENDING = ("import sys, time; sys.path[0:0] = [sys.argv[1], sys.argv[2]]; import 
           "os._exit(0) if sys.argv[4] == '_exit' else sys.exit(0)")
 
 
+def fresh(program: str, *args: str) -> subprocess.CompletedProcess:
+    """`program` in a fresh `python3 -I -S`, with this checkout and pynvml's directory as its first arguments."""
+    return subprocess.run([sys.executable, "-I", "-S", "-c", program, str(REPO), str(Path(pynvml.__file__).parent),
+                           *args], capture_output=True, text=True)
+
+
 def endings(runs: int) -> None:
-    where = str(Path(pynvml.__file__).parent)
     print(f"== a process's end after reading every GPU ({runs} fresh -I -S processes each): last line to reaped")
     for shut in ("shutdown", "no-shutdown"):
         for how in ("exit", "_exit"):
             walls = []
             for _ in range(runs):
-                done = subprocess.run([sys.executable, "-I", "-S", "-c", ENDING, str(REPO), where, shut, how],
-                                      capture_output=True, text=True, check=True)
+                done = fresh(ENDING, shut, how)
+                done.check_returncode()
                 walls.append(time.time() - float(done.stdout))
             print(f"  {shut:12} {how:6} {ms(walls)}")
 
@@ -138,7 +143,6 @@ LAYOUT = ("import sys, time; sys.path[0:0] = [sys.argv[1], sys.argv[2]]; import 
 
 
 def layouts(runs: int) -> None:
-    where = str(Path(pynvml.__file__).parent)
     pynvml.nvmlInit()
     gpus = pynvml.nvmlDeviceGetCount()
     pynvml.nvmlShutdown()
@@ -146,8 +150,7 @@ def layouts(runs: int) -> None:
     for how in ("threads", "threads, NO_ATTACH", "process per GPU"):
         walls = []
         for _ in range(runs):
-            done = subprocess.run([sys.executable, "-I", "-S", "-c", LAYOUT, str(REPO), where, how, str(gpus)],
-                                  capture_output=True, text=True)
+            done = fresh(LAYOUT, how, str(gpus))
             if done.returncode:
                 print(f"  {how}: exit {done.returncode}: {done.stderr.strip()[-300:]}")
                 break
