@@ -107,7 +107,8 @@ def test_full_set_on_two_gpus_with_perftest_runs_everything_and_names_still_work
 
 def test_quick_sizes_then_desired_state_options_then_the_callers(tmp_path):
     spec = {"verify": {"bench_options": {"nccl": {"max_bytes": "2G", "iters": 5}, "storage": {"dir": "/data"}}}}
-    assert bench.family_options("quick", "nccl", {}, None) == {} == bench.family_options("full", "nccl", {}, None)
+    assert bench.family_options("quick", "nccl", {}, None) == {"max_bytes": 1 << 30}
+    assert bench.family_options("full", "nccl", {}, None) == {}
     assert bench.family_options("quick", "nccl", spec, None) == {"max_bytes": 2 << 30, "iters": 5}
     assert bench.family_options("quick", "storage", spec, {"storage": {"dir": "/x"}}) == {
         "size_bytes": 1 << 30, "dir": "/x"}
@@ -117,8 +118,10 @@ def test_quick_sizes_then_desired_state_options_then_the_callers(tmp_path):
 def test_the_quick_all_reduce_is_judged_at_the_size_its_profile_floor_was_measured(name):
     """A profile's busbw floor is its figure at the profile's largest size: the quick set's sweep reaches it."""
     profile = load_profile(name)
-    quick = nccl.options_from(profile, bench.family_options("quick", "nccl", {}, None))
+    quick = nccl.options_from(profile, bench.family_options("quick", "nccl", {}, None, profile))
     assert quick.max_bytes == parse_size(profile["bench"]["nccl_max_bytes"])
+    asked = {"verify": {"bench_options": {"nccl": {"max_bytes": "1G"}}}}  # the operator's own size still wins
+    assert nccl.options_from(profile, bench.family_options("quick", "nccl", asked, None, profile)).max_bytes == 1 << 30
 
 
 @pytest.mark.parametrize("options, message", [

@@ -233,7 +233,8 @@ def test_nvmls_reading_primed_by_the_hook_is_judged_and_no_command_runs_for_it(t
 
 def test_an_nvml_refusal_over_nvlink_names_the_status(tmp_path):
     node = gpu_node(tmp_path, Runner())
-    nvml_facts.prime(node, "580.159.04", [raw_gpu(0, {1: {"read": 5, "write": 5}}), raw_gpu(1, {0: {"read": 0, "write": 0}})])
+    refused, fine = {"read": 5, "write": 5}, {"read": 0, "write": 0}
+    nvml_facts.prime(node, "580.159.04", [raw_gpu(0, {1: refused}), raw_gpu(1, {0: fine})])
     [result] = health_p2p.run(desired_state(), node)
     assert result.status is Status.FAIL
     assert "0->1 (NV18; read NOT_SUPPORTED, write NOT_SUPPORTED)" in result.reason

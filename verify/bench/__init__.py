@@ -67,12 +67,10 @@ def names_text() -> str:
 ORDER = ("gpu", "nccl", "hostcopy", "storage", "rdma", "burn")
 CHECK_IDS = {"nccl": "bench.nccl_allreduce", "hostcopy": "bench.hostcopy", "storage": "bench.storage",
              "rdma": "bench.rdma", "gpu": "bench.gpu", "burn": "bench.gpu_burn"}
-# The quick set's options: under a minute on 2x H200 (256 MiB copies per GPU, a 1 GiB storage read, 2 s per
-# perftest run). "full" keeps the profile's sizes. The all-reduce keeps the profile's sweep in both: a profile's
-# busbw floor is a figure at its own largest size (h200-x2-nvlink: 342 GB/s at 4 GiB; the 8-GPU profiles: Azure's
-# health-check floors beside results at 8 GiB), and a sweep cut to 1 GiB was judged against it: healthy 2x H200
-# gave 323.8 GB/s at 1 GiB, under the warn band 325, then a 4.4 s retry (2026-11-28).
+# The quick set's options: under a minute on 2x H200 (all-reduce to 1 GiB, 256 MiB copies per GPU, a 1 GiB
+# storage read, 2 s per perftest run). "full" keeps the profile's sizes (4 GiB sweeps).
 QUICK = {
+    "nccl": {"max_bytes": 1 << 30},
     "hostcopy": {"size_bytes": 256 << 20},
     "storage": {"size_bytes": 1 << 30},
     "rdma": {"duration_s": 2},
@@ -206,12 +204,25 @@ def check_options(options, origin: str = "verify_bench_options") -> dict:
     return checked
 
 
-def family_options(selection: str, family: str, spec: Optional[dict], overrides: Optional[dict]) -> dict:
+def family_options(selection: str, family: str, spec: Optional[dict], overrides: Optional[dict],
+                   profile: Optional[dict] = None) -> dict:
     """Quick-set sizes < the desired state's verify_bench_options < the caller's (tunefleet bench) options."""
     merged = dict(QUICK.get(family, {})) if selection == "quick" else {}
+    if family == "nccl" and floor_measured_at_size(profile):
+        merged.pop("max_bytes", None)
     merged.update(check_options(((spec or {}).get("verify") or {}).get("bench_options")).get(family, {}))
     merged.update((overrides or {}).get(family) or {})
     return merged
+
+
+def floor_measured_at_size(profile: Optional[dict]) -> bool:
+    """The profile's all-reduce busbw floor is a figure at the profile's own largest size (h200-x2-nvlink: 342
+    GB/s at 4 GiB; the 8-GPU profiles: Azure's health-check floors beside results at 8 GiB): the quick set then
+    sweeps to that size too. Judged at 1 GiB against it, healthy 2x H200 gave 323.8 GB/s, under the warn band
+    325, then a 4.4 s retry (2026-11-28). A floor derived from the NVLink count holds at any size: 1 GiB."""
+    profile = profile or {}
+    return bool((profile.get("thresholds") or {}).get("nccl_allreduce_busbw_gbps")
+                and (profile.get("bench") or {}).get("nccl_max_bytes"))
 
 
 def canonical(name: str) -> Optional[str]:
@@ -247,7 +258,7 @@ def run_benchmarks(
     if record is not None:
         record.update(selection=chosen.selection, ran=list(chosen.families),
                       skipped=[{"benchmark": f, "reason": why} for f, why in chosen.skipped])
-    overrides = {f: family_options(chosen.selection, f, spec, overrides) for f in chosen.families}
+    overrides = {f: family_options(chosen.selection, f, spec, overrides, profile) for f in chosen.families}
     names = list(chosen.families)  # the loop below runs (and an interrupt names) the planned families
     session = None
     try:  # one engine process for every GPU measurement of the run (verify.bench.engine_session)
