@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import marshal
+import json
 import os
 import threading
 from typing import Optional
+
+from verify.bounded_load import BoundedLoadError, loads_json_bounded
 
 
 def _text(value) -> str:
@@ -226,7 +228,7 @@ def _answer_through(write_end: int, p2p_caps: tuple) -> None:
         if not sent:
             sent.append(True)
             with os.fdopen(write_end, "wb") as pipe:
-                pipe.write(marshal.dumps(message))
+                pipe.write(json.dumps(message).encode())
 
     try:
         send(read_raw(p2p_caps, send))
@@ -236,14 +238,31 @@ def _answer_through(write_end: int, p2p_caps: tuple) -> None:
 
 
 def _unpack(data: bytes, reap) -> tuple:
-    """The child's message -> read_raw's answer; a child that ended without one is (None, why): the checks
+    """The child's message -> read_raw's answer, read as bounded JSON (never marshal or pickle: a damaged
+    marshal stream made marshal.loads take 12 GB); a child that ended without one is (None, why): the checks
     then ask nvidia-smi, as without pynvml."""
     if not data:
         return None, f"the NVML reading process ended without an answer ({reap()})"
     try:
-        message = marshal.loads(data) if len(data) <= MAX_ANSWER_BYTES else None
-    except (EOFError, ValueError, TypeError):
+        message = loads_json_bounded(data.decode(), "the NVML reading") if len(data) <= MAX_ANSWER_BYTES else None
+    except (BoundedLoadError, UnicodeDecodeError):
         message = None
-    if not (isinstance(message, tuple) and len(message) == 2 and (message[0] is None or isinstance(message[0], str))):
+    if not (isinstance(message, list) and len(message) == 2 and (message[0] is None or isinstance(message[0], str))
+            and isinstance(message[1], list if isinstance(message[0], str) and message[0] != RAISED else str)):
         return None, f"the NVML reading process answered {len(data)} bytes that are not an answer"
-    return message
+    driver, gpus = message
+    if isinstance(gpus, list) and not all(isinstance(gpu, dict) for gpu in gpus):
+        return None, "the NVML reading process answered a GPU that is not a reading"
+    return driver, [_restored(gpu) for gpu in gpus] if isinstance(gpus, list) else gpus
+
+
+def _restored(gpu: dict) -> dict:
+    """One GPU's raw dict as read_raw made it, from its JSON form: the pairs (remapped rows, fabric) as tuples,
+    the P2P row's peers as integers again."""
+    gpu = dict(gpu)
+    for key in ("remapped_rows", "fabric"):
+        if isinstance(gpu.get(key), list):
+            gpu[key] = tuple(gpu[key])
+    if isinstance(gpu.get("p2p"), dict):
+        gpu["p2p"] = {int(peer) if str(peer).isdigit() else peer: row for peer, row in gpu["p2p"].items()}
+    return gpu
