@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from verify.runner import CommandOutput, Runner, run_command
-from verify.safe_io import open_trusted_dir, read_trusted_file
+from verify.safe_io import is_host_root, open_trusted_dir, read_trusted_file
 
 MAX_CAPTURE_BYTES = 8 << 20  # a whole `dmesg` or `nvidia-smi -q` of an 8-GPU node is well under this
 MAX_CAPTURES = 256
@@ -83,6 +83,15 @@ def _read(directory: str, name: str) -> Optional[str]:
     if not os.path.lexists(path):
         return None
     return read_trusted_file(path, MAX_CAPTURE_BYTES)
+
+
+def for_run(directory: Optional[str], root: str) -> tuple:
+    """(runner, Node's live flag) of a run over `root` with the drill `directory` (None: no drill): the captures
+    answer and the tree under --root runs no command; a drill over a tree stands for a live node."""
+    if not directory:
+        return run_command, None
+    over_tree = not is_host_root(root)
+    return load(directory, no_command if over_tree else run_command), True if over_tree else None
 
 
 def load(directory: str, real: Runner = run_command) -> InjectedRunner:

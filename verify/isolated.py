@@ -69,15 +69,14 @@ def run(parent: str, extra: str, module: str, args: list, end_fast: bool = False
         sys.exit(EXIT_REFUSED)
     sys.path[1:1] = dirs
     sys.argv = [module, *args]
-    if not end_fast:
-        runpy.run_module(module, run_name="__main__", alter_sys=True)
-        return
     try:
         runpy.run_module(module, run_name="__main__", alter_sys=True)
-        status = 0
     except SystemExit as done:
-        status = exit_status(done.code)
-    end_now(status)
+        if not end_fast:
+            raise
+        end_now(exit_status(done.code))
+    if end_fast:
+        end_now(0)
 
 
 def exit_status(code: object) -> int:

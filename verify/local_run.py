@@ -19,7 +19,6 @@ from verify.facts.node_facts import gather_facts
 from verify.node import Node
 from verify.report import WRITERS, OutDirError, build_report, check_out_dir, terminal, utc_now, write_reports
 from verify.result import EXIT_BAD_INPUT, CheckResult, Status, exit_code
-from verify.runner import run_command
 from verify.safe_io import read_capped
 
 
@@ -289,15 +288,14 @@ def main(args) -> int:
         ensure_writable_dir(args.out, getattr(args, "world_readable", False))
         history = open_history(args)
         drill = getattr(args, "inject", None)
-        over_tree = args.root not in ("/", "")
-        runner = inject.load(drill, inject.no_command if over_tree else run_command) if drill else run_command
+        runner, live = inject.for_run(drill, args.root)
     except (UsageError, SpecError, inject.InjectionError) as exc:
         print(f"tunefleet verify: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     names = [n.strip() for n in args.bench.split(",") if n.strip()] if args.bench else None
     # A drill over a tree: the captures are that node's commands, so its command-based checks run.
     node = Node(root=args.root, runner=runner, probe_login=getattr(args, "probe_login", False),
-                live=True if drill and over_tree else None)
+                live=live)
     try:
         report = verify_node(spec, node, bench=not args.no_bench, bench_names=names, history=history)
     except BaseException:

@@ -14,7 +14,7 @@ from typing import Callable, Optional
 from verify import kernel_rules
 from verify.kernel_rules import MAX_CPUS
 from verify.runner import CommandOutput, run_command
-from verify.safe_io import read_beneath, read_capped
+from verify.safe_io import is_host_root, read_beneath, read_capped
 
 _INTEGER = re.compile(r"-?[0-9]{1,19}")  # ASCII, 64-bit: a 5000-digit "integer" is not a kernel value
 
@@ -65,7 +65,7 @@ class Node:
         followed out. On the live node links are the kernel's and the distribution's
         (/etc/os-release -> ../usr/lib/os-release)."""
         try:
-            if self.root in ("/", ""):
+            if is_host_root(self.root):
                 return read_capped(self.path(absolute), cap, follow_symlinks=True)
             return read_beneath(self.root, absolute, cap)
         except OSError:

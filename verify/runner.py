@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Callable, Mapping, Optional, Sequence
 
 from verify.interrupt import deferred
-from verify.safe_io import check_dir_trusted, check_file_trusted, command_path
+from verify.safe_io import check_dir_trusted, check_file_trusted, command_path, is_host_root
 
 # What a command keeps of verify's own environment: the GPU, NCCL and thread settings the operator
 # set on purpose (NCCL_NVLS_ENABLE=0 on multi-GPU H200s, CUDA_VISIBLE_DEVICES), the locale and time
@@ -169,6 +169,6 @@ def _collect(proc: subprocess.Popen, deadline: float, max_output: int) -> tuple:
 def which(name: str, root: str = "/") -> Optional[str]:
     """A tool on the fixed root-owned PATH (verify.safe_io.command_path), never the caller's PATH;
     only when root is the live system: a tree under --root has no runnable tools."""
-    if root not in ("/", ""):
+    if not is_host_root(root):
         return None
     return shutil.which(name, path=command_path())

@@ -180,6 +180,11 @@ def safe_mkdir(path: str, mode: int = PRIVATE_DIR) -> None:
     os.close(open_trusted_dir(path, create=True, mode=mode))
 
 
+def is_host_root(root: str) -> bool:
+    """--root "/" (or "") is this host itself; any other root is a tree read as files, never followed out of."""
+    return root in ("/", "")
+
+
 def random_hex(nbytes: int) -> str:
     """A name part no one can predict (the `secrets` module would load OpenSSL at every hook start)."""
     return os.urandom(nbytes).hex()

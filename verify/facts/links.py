@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
-from verify.safe_io import read_capped
+from verify.safe_io import is_host_root, read_capped
 
 
 class LinkParseError(ValueError):
@@ -36,7 +36,7 @@ def parse_port_rate(text: str) -> Optional[float]:
 
 def _read(path: str, root: str) -> str:
     """A port file: on the live node as sysfs has it; under --root only inside the tree, never a link."""
-    live = root in ("/", "")
+    live = is_host_root(root)
     try:
         return read_capped(path, 4096, follow_symlinks=live, within=None if live else root).decode(
             "utf-8", errors="replace").strip()

@@ -8,6 +8,7 @@ therefore imports only what its parser needs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 
 from verify.history.drain import DEFAULT_CAP
 from verify.scheduler import contract, nvml
@@ -52,15 +53,11 @@ def add_parser(sub) -> None:
                    help="npd: cut the line to this many characters (the plugin's maxOutputLength)")
 
 
-
-
 def main(args: argparse.Namespace) -> int:
     reading = None
     if args.mode in contract.JOB_MODES and contract.live_node(args.inject, args.root):
-        try:
+        with contextlib.suppress(OSError):  # no process or pipe to spare (a cgroup's pids.max): the mode reads it
             reading = nvml.Reading()
-        except OSError:  # no process or pipe to spare (a cgroup's pids.max): the mode reads NVML itself
-            reading = None
     try:
         # Imported after the reading started, to overlap it (an import kept lazy for speed in the entry point)
         from verify.scheduler import hook

@@ -16,14 +16,13 @@ from verify import inject
 from verify.desired import SpecError, load_spec_file
 from verify.history.drain import parse_cap
 from verify.node import Node
-from verify.runner import run_command
 from verify.scheduler import contract, modes, nvml
 
 
 def _bad_input(mode: str, message: str) -> int:
     """Bad input never drains: a prolog lets the job run (exit 0), health says 2, npd 'unknown' (2)."""
     print(f"tunefleet check --mode {mode}: {message}", file=sys.stderr if mode != "npd" else sys.stdout)
-    return 0 if mode in ("prolog", "epilog") else 2
+    return 0 if mode in contract.JOB_MODES else 2
 
 
 def _write_textfile(report: dict, mode: str, directory: str) -> str:
@@ -64,24 +63,22 @@ def desired_state(args: argparse.Namespace) -> tuple:
 
 
 def main(args: argparse.Namespace, reading: Optional[nvml.Reading] = None) -> int:
-    """reading: the NVML reading verify.scheduler.cli started (prolog, epilog), else the mode starts its own."""
+    """reading: the NVML reading verify.scheduler.cli started (prolog, epilog), else the mode reads NVML itself."""
     mode = args.mode
     try:
         parse_cap(args.drain_cap)
         spec, spec_source = desired_state(args)
-        over_tree = args.root not in ("/", "")
         if args.root and not os.path.isdir(args.root):
             raise ValueError(f"--root {args.root}: not a directory")
-        runner = inject.load(args.inject, inject.no_command if over_tree else run_command) if args.inject \
-            else run_command
+        runner, node_live = inject.for_run(args.inject, args.root)
     except (ValueError, SpecError, inject.InjectionError, OSError) as exc:
         return _bad_input(mode, str(exc))
-    node = Node(root=args.root, runner=runner, live=True if args.inject and over_tree else None)
-    live = contract.live_node(args.inject, args.root)
+    node = Node(root=args.root, runner=runner, live=node_live)
+    direct = contract.live_node(args.inject, args.root)  # NVML and /dev/kmsg, not the captures or a tree
     name = args.node_name or os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
     options = modes.Options(mode, state_dir=args.state_dir, drain=not args.no_drain, dry_run=args.dry_run,
                             scheduler=args.scheduler, node_name=name, cap=args.drain_cap,
-                            use_nvml=live, use_kmsg=live,
+                            use_nvml=direct, use_kmsg=direct,
                             output_limit=args.max_output, spec_source=spec_source, nvml_reading=reading)
     outcome = modes.run_mode(spec, node, options)
     messages = []
@@ -99,7 +96,7 @@ def main(args: argparse.Namespace, reading: Optional[nvml.Reading] = None) -> in
             messages.append(f"--report {args.report}: not written: {exc.strerror or exc}")
     for row in outcome.actions:
         messages.append(f"{row.status.value} {row.check_id}: {row.reason}")
-    if mode in ("prolog", "epilog"):
+    if mode in contract.JOB_MODES:
         # Slurm keeps a prolog's stdout to itself; stderr reaches slurmd's log
         if outcome.code:
             print(f"tunefleet {mode}: {outcome.line}", file=sys.stderr)

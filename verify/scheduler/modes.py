@@ -194,7 +194,7 @@ def run_mode(spec: dict, node: Node, options: Options, scheduler_node: Optional[
         statuses = {r.status for r in judged}
         outcome.code = NPD_PROBLEM if Status.FAIL in statuses else NPD_UNKNOWN if Status.ERROR in statuses else NPD_OK
         outcome.line = summary(judged, options.output_limit)
-    elif options.mode in ("prolog", "epilog"):
+    elif options.mode in contract.JOB_MODES:
         outcome.code = 1 if any(r.status is Status.FAIL for r in judged) else 0
         outcome.line = summary(judged)
     else:
