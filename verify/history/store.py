@@ -558,9 +558,13 @@ def _check_file(dir_fd: int, name: str, path: str, create: bool, mode: int) -> N
 def _prepare(db: sqlite3.Connection, path: str) -> None:
     """Refuse a file that is not ours before anything is written to it, then migrate to SCHEMA_VERSION."""
     try:
+        # One read transaction: read one statement at a time, a run that raced to create the file was seen half
+        # made (its tables committed after this read application_id 0) and refused as another program's.
+        db.execute("BEGIN")
         app_id = db.execute("PRAGMA application_id").fetchone()[0]
         version = db.execute("PRAGMA user_version").fetchone()[0]
         tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
+        db.execute("COMMIT")
     except sqlite3.DatabaseError as exc:
         raise HistoryError(f"history {path} is not a readable SQLite database ({exc}): it is left untouched; "
                            "move it away or name another file with --history") from exc
