@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
 
-from ansible_collections.tunefleet.gpu_node.plugins.module_utils import kernel_rules, nics
+from ansible_collections.tunefleet.gpu_node.plugins.module_utils import kernel_rules, nics, sysctl_ranges
 from ansible_collections.tunefleet.gpu_node.plugins.module_utils.block_devices import skip_reason
 
 MTU_MIN, MTU_MAX = 68, 65535
@@ -140,55 +140,26 @@ def _shape_problem(current: Optional[str], value: Any) -> Optional[str]:
     return None
 
 
-INT_MAX = 2**31 - 1
-# What the kernel refuses with EINVAL (measured on the CI VM, Linux 6.18, with `sysctl -w`; the
-# net.* ones in a fresh network namespace, the others refused values only):
-#   key -> (integers it holds, lowest, highest) per integer.
-# The socket buffer minimums are SOCK_MIN_RCVBUF/SNDBUF, 2048/4096 plus an skb's size (2304/4608
-# there): the bare 2048/4096 are refused on every kernel. swappiness 0..200 since Linux 5.8.
-SYSCTL_RANGES = {
-    "net.ipv4.ip_local_port_range": (2, 1, 65535),
-    "net.ipv4.tcp_rmem": (3, 1, INT_MAX),
-    "net.ipv4.tcp_wmem": (3, 1, INT_MAX),
-    "net.ipv4.tcp_mtu_probing": (1, 0, 255),
-    "net.core.somaxconn": (1, 0, INT_MAX),
-    "net.core.rmem_max": (1, 2048, INT_MAX),
-    "net.core.rmem_default": (1, 2048, INT_MAX),
-    "net.core.wmem_max": (1, 4096, INT_MAX),
-    "net.core.wmem_default": (1, 4096, INT_MAX),
-    "net.core.netdev_max_backlog": (1, -INT_MAX - 1, INT_MAX),
-    "net.ipv4.neigh.default.gc_thresh1": (1, 0, INT_MAX),
-    "net.ipv4.neigh.default.gc_thresh2": (1, 0, INT_MAX),
-    "net.ipv4.neigh.default.gc_thresh3": (1, 0, INT_MAX),
-    "vm.swappiness": (1, 0, 200),
-    "vm.max_map_count": (1, 0, INT_MAX),
-    "vm.zone_reclaim_mode": (1, 0, INT_MAX),
-    "kernel.numa_balancing": (1, 0, 4),
-}
-PORT_FLOOR_KEY = "net.ipv4.ip_unprivileged_port_start"
+# What the kernel refuses for the keys the roles set: asked of the running kernel where it can be,
+# modelled per kernel version where not (one home: sysctl_ranges).
+PORT_FLOOR_KEY = sysctl_ranges.PORT_FLOOR_KEY
 
 
-def sysctl_range_problem(root: str, key: str, value: Any, settings: Dict[str, Any]) -> Optional[str]:
-    """Why the kernel would refuse this value of a key it has, or None (unknown keys pass)."""
-    if key not in SYSCTL_RANGES:
-        return None
-    count, low, high = SYSCTL_RANGES[key]
-    fields = kernel_rules.value_words(value)
-    if len(fields) != count or not all(re.fullmatch(r"-?[0-9]+", f) for f in fields):
-        return f"this key holds {count} integer(s)"
-    numbers = [int(f) for f in fields]
-    outside = [n for n in numbers if not low <= n <= high]
-    if outside:
-        return f"{outside[0]} is outside {low}..{high}, which the kernel refuses"
-    if key == "net.ipv4.ip_local_port_range":
-        first, last = numbers
-        if first > last:
-            return f"the first port {first} is above the last {last}, which the kernel refuses"
-        # The kernel also refuses a range reaching below the unprivileged port start (1024 by default).
-        floor = as_int(settings.get(PORT_FLOOR_KEY, _read(root, sysctl_path(PORT_FLOOR_KEY))))
-        if floor is not None and first < floor:
-            return (f"the first port {first} is below {PORT_FLOOR_KEY} ({floor}), which the kernel refuses; "
-                    f"start at {floor} or above")
+def sysctl_range_problem(root: str, key: str, value: Any, settings: Dict[str, Any],
+                         kernel: Optional[sysctl_ranges.KernelRanges] = None) -> Optional[str]:
+    """Why the kernel would refuse this value of a key it has, or None (unknown keys pass). `kernel`
+    holds the kernel's answers for a whole run (check_sysctl builds it once); without it this one
+    value is asked."""
+    kernel = kernel or sysctl_ranges.KernelRanges(root, [(key, value)])
+    problem = kernel.problem(key, value)
+    if problem or key != sysctl_ranges.PORT_RANGE_KEY:
+        return problem
+    # The kernel also refuses a range reaching below the unprivileged port start (1024 by default).
+    first = int(kernel_rules.value_words(value)[0])
+    floor = as_int(settings.get(PORT_FLOOR_KEY, _read(root, sysctl_path(PORT_FLOOR_KEY))))
+    if floor is not None and first < floor:
+        return (f"the first port {first} is below {PORT_FLOOR_KEY} ({floor}), which the kernel refuses; "
+                f"start at {floor} or above")
     return None
 
 
@@ -229,6 +200,7 @@ def check_sysctl(root: str, variables: Dict[str, Any]) -> List[Problem]:
             elif key not in merged:
                 problems.append(Problem("sysctl_exact_keys", key,
                                         "names a key that neither sysctl_settings nor sysctl_extra_settings sets"))
+    kernel = sysctl_ranges.KernelRanges(root, [(key, value) for key, (_, value) in merged.items() if key not in skip])
     for key, (variable, value) in sorted(merged.items()):
         if key in skip:
             continue
@@ -240,7 +212,7 @@ def check_sysctl(root: str, variables: Dict[str, Any]) -> List[Problem]:
         if reason is None:
             reason = _shape_problem(_read(root, sysctl_path(key)), value)
         if reason is None:
-            reason = sysctl_range_problem(root, key, value, {k: v for k, (_, v) in merged.items()})
+            reason = sysctl_range_problem(root, key, value, {k: v for k, (_, v) in merged.items()}, kernel)
         if reason is None and key == "net.ipv4.tcp_congestion_control" and not congestion_control_offered(root, value):
             offered = _read(root, "/proc/sys/net/ipv4/tcp_available_congestion_control")
             reason = f"not available here (tcp_available_congestion_control: {offered!r}; no tcp_{value} module)"

@@ -15,8 +15,9 @@ description:
     C(preflight_require_gpu_driver) is true, that an NVIDIA driver is loaded.
   - Refuses a storage device named without a glob that is not on the host, and a glob in
     C(storage_device_patterns) that matches no device unless C(storage_allow_no_match) is true;
-    sysctl values the kernel would refuse for the keys the roles set (ranges, the order of
-    C(net.ipv4.ip_local_port_range) and its floor C(net.ipv4.ip_unprivileged_port_start)); and,
+    sysctl values the kernel would refuse for the keys the roles set (the running kernel asked in a
+    throwaway network namespace where it can be, as root, a model per kernel version where not; the
+    floor of C(net.ipv4.ip_local_port_range), C(net.ipv4.ip_unprivileged_port_start)); and,
     given O(known_names), every name in O(defined_names) with a role prefix that no argument spec
     knows, with the closest known name.
   - Reads only; never changes the host. Fails with one message per problem, each naming the host,

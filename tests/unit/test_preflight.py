@@ -133,7 +133,7 @@ REFUSALS = [
      "ip_local_port_range'] = '2048 65536': 65536 is outside 1..65535"),
     ({"sysctl_settings": {"net.ipv4.ip_local_port_range": "1000 2000"}},
      "'1000 2000': the first port 1000 is below net.ipv4.ip_unprivileged_port_start (1024)"),
-    ({"sysctl_extra_settings": {"net.ipv4.tcp_rmem": "0 87380 268435456"}}, "0 is outside 1..2147483647"),
+    ({"sysctl_extra_settings": {"net.ipv4.tcp_rmem": "0 87380 268435456"}}, "0 is outside 4096..2147483647"),
     ({"sysctl_settings": {"vm.swappiness": 201}}, "vm.swappiness'] = 201: 201 is outside 0..200"),
     ({"sysctl_settings": {"net.core.rmem_max": 2147483648}}, "2147483648 is outside 2048..2147483647"),
     ({"memory_hugepages_1g": 4}, "memory_hugepages_1g = 4: this host's kernel/CPU has no hugepages-1048576kB"),
