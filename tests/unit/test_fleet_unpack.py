@@ -7,7 +7,7 @@ import os
 import tarfile
 from pathlib import Path
 
-from verify.fleet.unpack import ARCHIVE, MAX_MEMBERS, main, unpack_run
+from verify.fleet.unpack import ARCHIVE, MAX_MEMBERS, NODE_FILES, main, unpack_run
 from verify.noderun import archive_reports
 
 
@@ -41,12 +41,19 @@ def test_every_host_archive_is_unpacked_into_its_own_directory(tmp_path):
     node_archive(tmp_path, run, "n2", {"report.json": '{"host": "n2"}'})
     (run / "nccl-pairs").mkdir()  # a run directory that is not a host's: no archive, left alone
     (run / "lost").mkdir()  # a host whose fetch never came: no archive
-    assert unpack_run(str(run)) == (2, [])
+    assert unpack_run(str(run)) == (2, {}, {})
     assert (run / "n1" / "report.json").read_text() == '{"host": "n1"}'
     assert (run / "n1" / "report.md").read_text() == "# n1"
     assert (run / "n2" / "report.json").read_text() == '{"host": "n2"}'
     assert os.stat(run / "n1" / "report.json").st_mode & 0o777 == 0o600
     assert sorted(os.listdir(run / "lost")) == []
+
+
+def test_every_name_noderun_writes_is_taken():
+    """NODE_FILES is the report writers' own table: a format added there is unpacked without a second list."""
+    from verify.report import WRITERS
+
+    assert {name for _module, name in WRITERS.values()} == NODE_FILES
 
 
 def test_an_archive_with_a_link_a_path_or_a_hidden_name_is_refused_whole_naming_the_member(tmp_path):
@@ -60,20 +67,34 @@ def test_an_archive_with_a_link_a_path_or_a_hidden_name_is_refused_whole_naming_
         tar.addfile(info)
 
     crafted_archive(run, "a", link)
-    crafted_archive(run, "b", lambda tar: regular(tar, "../../escape"))
-    crafted_archive(run, "c", lambda tar: regular(tar, ".hidden"))
+    crafted_archive(run, "b", lambda tar: [regular(tar, "report.json"), regular(tar, "report.json")])
+    crafted_archive(run, "c", lambda tar: regular(tar, "report.md"))
     crafted_archive(run, "d", lambda tar: [regular(tar, f"f{i}") for i in range(MAX_MEMBERS + 1)])
     (run / "e").mkdir()
     (run / "e" / ARCHIVE).write_bytes(b"not a tar.gz")
-    done, refused = unpack_run(str(run))
-    assert done == 0
-    assert [line.split(":")[0] for line in refused] == ["a", "b", "c", "d", "e"]
-    assert "member 'report.md' is not a plain regular file" in refused[0]
-    assert "member '../../escape' is not a plain regular file" in refused[1]
-    assert f"more than {MAX_MEMBERS} members" in refused[3]
-    assert "not a readable tar.gz" in refused[4]
+    done, refused, left_out = unpack_run(str(run))
+    assert done == 0 and left_out == {}
+    assert sorted(refused) == ["a", "b", "c", "d", "e"]
+    assert "member 'report.md' is not a regular file" in refused["a"]
+    assert "member 'report.json' appears twice" in refused["b"]
+    assert "it holds no report.json" in refused["c"]
+    assert f"more than {MAX_MEMBERS} members" in refused["d"]
+    assert "not a readable gzip stream" in refused["e"]
     assert not (run / "a" / "report.json").exists(), "nothing of a refused archive is written"
-    assert not outside.exists() and not (tmp_path / "escape").exists()
+    assert not outside.exists()
+
+
+def test_names_a_node_never_writes_are_left_out_and_named(tmp_path):
+    """A path, a hidden name, a long name (ENAMETOOLONG once ended the unpack) or a crossnode-*.json: never written,
+    the node's own reports still taken."""
+    run = tmp_path / "run"
+    names = ["../../escape", ".hidden", "n" * 300, "crossnode-ib-fabric.json"]
+    crafted_archive(run, "a", lambda tar: [regular(tar, "report.json", b"{}")] + [regular(tar, n) for n in names])
+    done, refused, left_out = unpack_run(str(run))
+    assert (done, refused) == (1, {})
+    assert left_out["a"][:2] == ["../../escape", ".hidden"] and left_out["a"][3] == "crossnode-ib-fabric.json"
+    assert sorted(os.listdir(run / "a")) == sorted([ARCHIVE, "report.json"])
+    assert not (tmp_path / "escape").exists()
 
 
 def test_the_archive_itself_is_read_never_through_a_link(tmp_path):
@@ -81,8 +102,8 @@ def test_the_archive_itself_is_read_never_through_a_link(tmp_path):
     node_archive(tmp_path, tmp_path / "elsewhere", "n1", {"report.json": "{}"})
     (run / "n1").mkdir(parents=True)
     os.symlink(tmp_path / "elsewhere" / "n1" / ARCHIVE, run / "n1" / ARCHIVE)
-    done, refused = unpack_run(str(run))
-    assert done == 0 and refused and refused[0].startswith("n1: reports not unpacked")
+    done, refused, _ = unpack_run(str(run))
+    assert done == 0 and refused["n1"].startswith("not read: ")
     assert not (run / "n1" / "report.json").exists()
 
 

@@ -65,6 +65,7 @@ def main(args) -> int:
     addresses = read_addresses(Path(args.directory), side_errors)
     regressions = read_regressions(Path(args.directory), side_errors)
     pairs = read_pairs(Path(args.directory), side_errors)
+    read_refused_archives(Path(args.directory), side_errors)
     for error in side_errors:
         print(f"tunefleet report: WARN {error.describe()}", file=sys.stderr)
     summary = build_summary(nodes, errors + side_errors, addresses,
@@ -165,6 +166,29 @@ def read_pairs(directory: Path, errors: list) -> Optional[dict]:
         else:
             errors.append(LoadError(str(path), f"not a pairwise summary ({message}): the pair matrix is not shown"))
     return section
+
+
+def read_refused_archives(directory: Path, errors: list) -> None:
+    """One load error per host whose report archive the unpack refused (verify.fleet.unpack, <run>/unpack/
+    refused.json): the host has no report, and the fleet report says why instead of leaving it out unnamed."""
+    from verify.fleet.model import LoadError
+    from verify.fleet.unpack import ARCHIVE, REFUSED_DIR, REFUSED_NAME, damaged_line, foreign_line
+
+    path = directory / REFUSED_DIR / REFUSED_NAME
+    data = _side_file(path, errors, "hosts whose archive was refused are not named")
+    if data is None:
+        return
+    hosts = data.get("hosts") if isinstance(data, dict) else None
+    left_out = data.get("left_out", {}) if isinstance(data, dict) else None
+    if not isinstance(hosts, dict) or not isinstance(left_out, dict):
+        errors.append(LoadError(str(path), "must hold {'hosts': {host: why}, 'left_out': {host: [names]}}"))
+        return
+    for host, why in sorted(hosts.items()):
+        errors.append(LoadError(str(directory / str(host)[:200] / ARCHIVE),
+                                damaged_line(str(host)[:200], str(why)[:400]) + "; it has no report: re-run it"))
+    for host, names in sorted(left_out.items()):
+        shown = [str(n)[:120] for n in names] if isinstance(names, list) else [str(names)[:120]]
+        errors.append(LoadError(str(directory / str(host)[:200] / ARCHIVE), foreign_line(str(host)[:200], shown)))
 
 
 def _side_file(path: Path, errors: list, lost: str):
@@ -437,6 +461,7 @@ def build_from_dir(directory: str, out: Optional[str] = None, formats=FORMATS) -
     """For callers (the fleet run, the scale benchmark) that want the summary object back."""
     nodes, errors = load_fleet_dir(directory)
     pairs = read_pairs(Path(directory), errors)
+    read_refused_archives(Path(directory), errors)
     summary = build_summary(nodes, errors)
     write_reports(summary, Path(out or directory), formats, pairs=pairs)
     return summary
