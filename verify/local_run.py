@@ -181,6 +181,9 @@ def verify_node(spec: dict, node: Node, bench: bool = True, bench_names: Optiona
         phases.update(bench_phases(bench_record))
     else:
         bench_record["reason"] = "the desired state asks for none (verify_benchmarks: [])"
+    from verify.judging.remedies import attach as attach_remedies
+
+    attach_remedies(results, spec)  # what removes each finding, checked against this desired state (issue 49)
     run = {
         "phases": phases,
         "started_at": started,

@@ -57,8 +57,10 @@ def gpus_of(row: CheckResult) -> list:
     return [g for g in listed if isinstance(g, int)] if isinstance(listed, list) else []
 
 
-def _set(row: CheckResult, what: str, evidence: str, action: str, about: str, status: Optional[Status] = None) -> None:
-    row.details["cause"] = {"what": what, "evidence": evidence}
+def _set(row: CheckResult, what: str, evidence: str, action: str, about: str, status: Optional[Status] = None,
+         **cause) -> None:
+    # cause: its class (and where an NCCL line is), which verify.judging.remedies maps to the remedy
+    row.details["cause"] = {"what": what, "evidence": evidence, **cause}
     row.details[verdicts.ACTION_KEY] = action
     if status is not None:
         row.status = status
@@ -102,7 +104,8 @@ def explain(results: list, node, environment: Optional[dict] = None) -> None:
             held = [(g, p) for g in gpus for p in processes.get(g, [])]
             if held:
                 said = "; ".join(f"GPU {g}: {p.describe()}" for g, p in held[:3])
-                _set(row, "another process computes on the GPU", said, verdicts.APPLICATION, "the GPU", Status.ERROR)
+                _set(row, "another process computes on the GPU", said, verdicts.APPLICATION, "the GPU", Status.ERROR,
+                     **{"class": "gpu-busy"})
                 continue
         if row.check_id.startswith("bench.nccl_allreduce") and row.status is not Status.ERROR:
             if settings is None:
@@ -115,26 +118,27 @@ def explain(results: list, node, environment: Optional[dict] = None) -> None:
                 used = f"; NCCL used {', '.join(kinds)}" if kinds else ""
                 _set(row, limits[0][0].describe(), said + used,
                      verdicts.FIX_CONFIG, "the NCCL settings (gpu_nccl_conf, the job's environment)",
-                     Status.FAIL if row.status is Status.WARN else None)
+                     Status.FAIL if row.status is Status.WARN else None,
+                     **{"class": "nccl-setting", "key": limits[0][0].key, "origin": limits[0][0].origin})
                 continue
         slow = _slowdowns(row)
         if slow and row.status is not Status.ERROR:
             _set(row, f"{', '.join(slow)} was active while it ran", "NVML clocks event reasons sampled during the "
                  "measurement", verdicts.DRAIN_RMA, "the GPU's cooling or power supply" if _HOT_REASONS & set(slow)
-                 else "the GPU's power delivery")
+                 else "the GPU's power delivery", **{"class": "slowdown"})
             continue
         link = next((by_id.get(f"bench.pcie_link.gpu{g}") for g in gpus
                      if by_id.get(f"bench.pcie_link.gpu{g}") is not None
                      and by_id[f"bench.pcie_link.gpu{g}"].status is Status.FAIL), None)
         if link is not None and row.check_id.startswith(("bench.h2d.", "bench.d2h.")):
             _set(row, "its PCIe link runs below its maximum under load", link.reason, verdicts.DRAIN_RMA,
-                 "the GPU's PCIe slot or riser")
+                 "the GPU's PCIe slot or riser", **{"class": "pcie-link"})
             continue
         if governor is not None and governor.status in (Status.FAIL, Status.WARN) and row.status is not Status.ERROR \
                 and row.check_id.startswith(("bench.h2d.", "bench.d2h.", "bench.nccl_allreduce", "bench.storage",
                                              "bench.rdma")):
             _set(row, "the CPU frequency governor is not the one the desired state asks for", governor.reason,
-                 verdicts.FIX_CONFIG, "cpu_governor")
+                 verdicts.FIX_CONFIG, "cpu_governor", **{"class": "cpu-governor"})
             continue
         if verdicts.action_of(row.details) is None:
             default(row)
@@ -156,7 +160,7 @@ def default(row: CheckResult) -> None:
     action, about = next(((a, w) for prefix, a, w in DEFAULT_ACTIONS if row.check_id.startswith(prefix)),
                          (verdicts.REBOOT, "the node"))
     row.details[verdicts.ACTION_KEY] = action
-    row.details["cause"] = {"what": "no configuration or process on the node explains it",
+    row.details["cause"] = {"class": "unexplained", "what": "no configuration or process on the node explains it",
                             "evidence": "no other process on the GPU, no limiting NCCL setting, no slowdown reason, "
                                         "PCIe link at its maximum"}
     words = verdicts.remedy(action, ",".join(str(g) for g in gpus_of(row)) or "N", about)
