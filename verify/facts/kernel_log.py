@@ -1,57 +1,356 @@
-"""The NVIDIA driver's records in the kernel log: Xid events and GPUs lost from the bus, per PCI address.
+"""The kernel log, read whole: every kernel record's message found under whatever wraps it, then the NVIDIA
+driver's records (Xid events, GPUs lost from the bus, failures that are not Xids), the NVSwitch driver's
+SXid records and the records verify.facts.aer reads, per PCI address.
 
 `dmesg --kernel` is read whole (no --level filter: the driver's printk level for Xid lines is not
 documented, and the whole ring is a few hundred KiB); `journalctl -k -b` is the fallback where
-dmesg is absent or refused. What each record means is judged in verify.checks.health_xid.
+dmesg is absent or refused. What each record means is judged in verify.checks.health_xid (the driver's)
+and verify.checks.health_aer (PCIe AER).
 
 Only the driver's own records count: the message must START with "NVRM: " right after the kernel
 record's prefix. Another subsystem's message that quotes a user-chosen name ("usb 1-1: Product: NVRM: Xid
 ...") never does, so nobody can plant an Xid on a shared node by naming a device or a process.
+
+One reader for every wrapper (read_records): the prefixes are peeled in the order they can stand, each at
+most once (tests/fixtures/node/health/public/README.md cites a real line of each; test_kernel_log_wrappers
+proves every one gives the same events for every message body of the fixtures):
+  container runtime   CRI "2024-11-15T12:02:03.123456789Z stdout F ", `kubectl logs --timestamps`
+                      "2024-11-15T12:02:03.123456789Z ", `kubectl logs --prefix` "[pod/NAME/CONTAINER] ",
+                      docker json-file {"log":"...","stream":"stdout","time":"..."}
+  log shippers        JSON lines whose message is "MESSAGE" (journalctl -o json, Cloud Logging's jsonPayload),
+                      "log", "message", "msg" (fluent-bit's kmsg input with "sec"/"usec"), "textPayload";
+                      Loki logcli "2024-11-15T12:02:03Z {host="n1"} ", pdsh / clush "node01: " before a stamp
+  syslog              RFC 3164 "<4>Nov 15 12:02:03 host kernel: ", RFC 5424 "<4>1 2024-11-15T12:02:03.470068Z host
+                      kernel - - - " (structured data "-" or "[...]", a BOM), rsyslog's file forms with or
+                      without the kernel's own "[ 3224.864246] " after "kernel: "
+  dmesg               -r "<4>", --decode "kern  :warn  : ", the stamps below, CONFIG_PRINTK_CALLER "[ T1946] "
+  Talos (talosctl dmesg) "172.20.0.2: kern: warning: [2026-04-22T21:27:51.291660856Z]: "
+  stamps (one)        "[ 8213.402117]" (dmesg, -o short-monotonic), "[ 8213.402117 <    0.000123>]" (dmesg -d,
+                      -o short-delta), "[<    0.000123>]" (--time-format delta), "[Nov15 12:02]" and
+                      "[  +0.000123]" (-H / --time-format reltime), "[Thu Apr  4 18:03:56 2024]" (-T),
+                      ISO-8601 (--time-format iso, -o short-iso[-precise]), "Nov 15 12:02:03[.470068]" (-o short,
+                      short-precise, syslog; any locale's month), "Fri 2024-11-15 12:02:03 UTC" (-o short-full,
+                      with-unit), "1731672123.470068" (-o short-unix)
+  journal             "host kernel: " or "kernel: " (--no-hostname, or the poster cut the host); -o cat and
+                      dmesg --notime print the message alone.
+Container-OS exports (Bottlerocket's logdog, COS, Flatcar) are journalctl's and dmesg's forms above. A record
+whose wrapper names another facility than the kernel's (dmesg --decode "syslog", a syslog priority of
+facility 1 and up, a journal entry with SYSLOG_FACILITY other than 0 or _TRANSPORT other than "kernel") was
+written from userspace and is left out. Every number is bounded.
+
+A line that names what the checks judge (the driver, an SXid, a PCIe AER record) under a prefix none of the
+above reads is not dropped: it is counted with the log (`KernelReading.unread`), and the check reports it
+(WARN "N lines could not be read", two examples).
+
+A stamp without a year (syslog and journal "Nov 15 12:02:03", dmesg's reltime "[Nov15 12:02]") is dated in
+the latest year that does not put it more than one day after the reading time (now): December's lines read
+on 2 January belong to last year; the day of slack covers time zones. Such stamps are read in this host's
+time zone, as journalctl and syslog print them.
 """
 from __future__ import annotations
 
+import json
 import re
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Optional
 
+from verify.facts.aer import is_aer_message
 from verify.facts.links import is_bandwidth_notice
 from verify.facts.pci import short_bdf
+from verify.judging import kernel_faults
 from verify.node import Node
 
 SOURCES = (["dmesg", "--kernel"], ["journalctl", "-k", "-b", "--no-pager", "-q"])
-
-# The record prefixes util-linux's dmesg, journald and syslog daemons print before a kernel message, in
-# the order they can stand (tests/fixtures/node/health/public/README.md cites a real line of each):
-#   CRI container log   "2024-11-15T12:02:03.123456789Z stdout F "   (a node agent's log read back)
-#   dmesg -r            "<4>"
-#   dmesg --decode      "kern  :warn  : "                             (kernel facility only: see below)
-#   a wall-clock or monotonic stamp, at most one of:
-#     dmesg             "[ 8213.402117] "                             boot-relative seconds
-#     dmesg -T          "[Thu Apr  4 18:03:56 2024] "                 local time
-#     --time-format iso "2024-11-15T12:02:03,470068+00:00 "           (also journalctl -o short-iso[-precise])
-#     journalctl -k     "Nov 15 12:02:03 " / "sep 03 13:25:15 "       syslog stamp, any locale's month
-#     -o short-monotonic "[ 1843.308145] "
-#   journal / syslog    "host kernel: " or "kernel: " (the stamp and host cut by the poster)
-#   rsyslog kern.log    the kernel's own "[ 3224.864246] " after "kernel: "
-#   CONFIG_PRINTK_CALLER "[ T1946] " / "[   C3] ": the thread or CPU that printed it
-# and bare "NVRM: " at the start of a line (a log with no prefix at all). Every number is bounded.
-_CRI = r"(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:?\d\d) (?:stdout|stderr) [FP] )"
-_PRIORITY = r"(?:<\d{1,3}>)"
-# dmesg --decode names the facility: only "kern" is the kernel's own; "user"/"syslog"/... were written to
-# /dev/kmsg from userspace (gpud's fault injector prints "syslog:err   : ... NVRM: Xid ...")
-_DECODE = r"(?:(?P<facility>[a-z]{1,8})\s{0,8}:\s{0,8}[a-z]{1,8}\s{0,8}: )"
-_UPTIME = r"\[\s{0,12}(?P<uptime>\d{1,10}\.\d{1,9})\]"
-_LOCAL_T = r"\[(?P<local_t>[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})\]"
-_ISO = r"(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?)"
-_SYSLOG = r"(?P<syslog>[^\W\d_]{3,5}\.? {1,2}\d{1,2} \d\d:\d\d:\d\d(?:\.\d{1,9})?)"
-_STAMP = rf"(?:(?:{_UPTIME}|{_LOCAL_T}|{_ISO}|{_SYSLOG}) )"
-_KERNEL = r"(?:(?:\S{1,255} )?kernel: )"
-_KERNEL_UPTIME = r"(?:\[\s{0,12}(?P<k_uptime>\d{1,10}\.\d{1,9})\] )"
-_CALLER = r"(?:\[\s{0,10}[TC]\d{1,10}\] )"
-_PREFIX = re.compile(rf"^{_CRI}?{_PRIORITY}?{_DECODE}?{_STAMP}?{_KERNEL}?{_KERNEL_UPTIME}?{_CALLER}?(?P<message>.*)$")
 DRIVER = "NVRM: "
+MAX_LINE = 65536  # a longer line is not a kernel record (printk's records are at most 1 KiB); read no further
+MAX_JSON_DEPTH = 2  # a docker json-file line holding a dmesg line: peeled twice at most
+
+_ISO_TEXT = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?"
+_CRI = re.compile(rf"(?P<iso>{_ISO_TEXT}) (?:stdout|stderr) [FP] ")
+_KUBECTL_PREFIX = re.compile(r"\[(?:pod/)?[\w.-]{1,253}/[\w.-]{1,253}\] ")
+# kubectl --timestamps and Loki's logcli put the reader's stamp (and logcli its labels) before the line
+_OUTER_STAMP = re.compile(rf"(?P<iso>{_ISO_TEXT})(?: \{{[^{{}}]{{0,2000}}\}})? (?=\S)")
+# pdsh / clush name the host before each line ("node01: [ 8213.402117] ..."): peeled only before a stamp
+_HOST_COLUMN = re.compile(r"[\w.-]{1,253}: (?=\[\s{0,12}[\d+<]|\[[A-Z][a-z]{2}[ \d]|<\d{1,3}>|\d{4}-\d\d-\d\dT|"
+                          r"[^\W\d_]{3,5}\.? {1,2}\d{1,2} \d\d:)")
+_PRIORITY = re.compile(r"<(?P<prio>\d{1,3})>")
+# RFC 5424 after its PRI: VERSION SP TIMESTAMP SP HOSTNAME SP APP-NAME SP PROCID SP MSGID SP SD [SP] [BOM]
+_RFC5424 = re.compile(rf"1 (?:(?P<iso>{_ISO_TEXT})|-) \S{{1,255}} (?P<app>\S{{1,48}}) \S{{1,128}} \S{{1,32}} "
+                      r"(?:-|(?:\[(?:[^\]\\]|\\.){0,2000}\]){1,16}) ?\ufeff?")
+_DECODE = re.compile(r"(?P<facility>[a-z]{1,8})\s{0,8}:\s{0,8}[a-z]{1,8}\s{0,8}: ")
+_TALOS = re.compile(rf"(?:\S{{1,255}}: )?(?P<facility>[a-z]{{1,8}}): {{0,8}}[a-z]{{1,8}}: \[(?P<iso>{_ISO_TEXT})\]: ")
+_MONTH_DAY = r"[^\W\d_]{3,5}\.? {1,2}\d{1,2}"
+_STAMPS = (
+    ("uptime", re.compile(r"\[\s{0,12}(?P<uptime>\d{1,10}\.\d{1,9})(?:\s{1,4}<\s{0,12}\d{1,10}\.\d{1,9}>)?\] ")),
+    ("delta", re.compile(r"\[<\s{0,12}\d{1,10}\.\d{1,9}>\] ")),
+    ("reltime", re.compile(r"\[(?P<reltime>[^\W\d_]{3}\d{1,2} \d\d:\d\d)\] ")),
+    ("rel_delta", re.compile(r"\[\s{0,12}\+(?P<rel_delta>\d{1,10}\.\d{1,9})\] ")),
+    ("local_t", re.compile(r"\[(?P<local_t>[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})\] ")),
+    ("iso", re.compile(rf"(?P<iso>{_ISO_TEXT}) ")),
+    ("full", re.compile(r"[A-Z][a-z]{2} (?P<full>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{1,9})?) "
+                        r"(?P<zone>[A-Za-z]{1,6}|[+-]\d\d:?\d\d) ")),
+    ("syslog", re.compile(rf"(?P<syslog>{_MONTH_DAY} \d\d:\d\d:\d\d(?:\.\d{{1,9}})?) ")),
+    # -o short-unix: seconds since the epoch, only before "[host] kernel: " (a bare number is a message)
+    ("unix", re.compile(r"(?P<unix>\d{9,11}\.\d{1,9}) (?=(?:\S{1,255} )?kernel: )")),
+)
+_KERNEL = re.compile(r"(?:\S{1,255} )?kernel: ")
+_KERNEL_UPTIME = re.compile(r"\[\s{0,12}(?P<uptime>\d{1,10}\.\d{1,9})\] ")
+_CALLER = re.compile(r"\[\s{0,10}[TC]\d{1,10}\] ")
+# What a judged message starts with (after its prefix); seen later in a line, it is a record not placed
+_MARKERS = re.compile(r"NVRM: |SXid \(PCI:|PCIe Bus Error|\bAER: |fallen off the bus")
+# Another subsystem's own head ("usb 1-1: ", "pcieport 0000:00:01.0: ", "audit: "): a quote inside its
+# message is that subsystem's record, read and placed, not an unread prefix
+_SUBSYSTEM_HEAD = re.compile(r"^[A-Za-z][\w.:-]{0,63}(?: [^\s]{1,64})?: ")
+KERNEL_FACILITY = 0
+
+
+@dataclass(frozen=True)
+class KernelRecord:
+    """One kernel log line with its prefix read: the message and when it was printed where the prefix says."""
+    message: str  # after the prefix
+    line: str  # the whole line, stripped
+    uptime_s: Optional[float] = None  # the kernel's boot-relative stamp
+    utc: Optional[datetime] = None  # a wall-clock stamp, as UTC
+    continuation: bool = False  # an indented line of the record above
+
+
+@dataclass
+class KernelReading:
+    """A kernel log read: its records in order, and the lines that name a judged record under a prefix the
+    reader does not know (never dropped in silence: the checks report them)."""
+    records: list = field(default_factory=list)
+    unread: list = field(default_factory=list)
+
+
+@dataclass
+class _Clock:
+    """What one line's stamp depends on from the lines before it (dmesg's reltime deltas), and now."""
+    now: datetime
+    reltime: Optional[datetime] = None
+
+
+def _iso_utc(text: str) -> Optional[datetime]:
+    text = text.replace(",", ".").replace("Z", "+00:00")
+    text = re.sub(r"([+-]\d\d)(\d\d)$", r"\1:\2", text)  # +0000 -> +00:00 (Python 3.9's fromisoformat)
+    text = re.sub(r"\.(\d{6})\d+", r".\1", text)  # nanoseconds: fromisoformat reads up to microseconds
+    text = re.sub(r"\.(\d{1,5})(?=$|[+-])", lambda m: "." + m.group(1).ljust(6, "0"), text)
+    stamp = datetime.fromisoformat(text)
+    return (stamp if stamp.tzinfo else stamp.astimezone()).astimezone(timezone.utc)
+
+
+def _yearless(text: str, form: str, now: datetime) -> datetime:
+    """A stamp with no year, in this host's zone: the latest year that does not put it more than a day
+    after now (the module docstring states the rule)."""
+    stamp = datetime.strptime(f"{now.year} {text}", f"%Y {form}").astimezone()
+    if stamp.astimezone(timezone.utc) > now + timedelta(days=1):
+        stamp = stamp.replace(year=now.year - 1)
+    return stamp.astimezone(timezone.utc)
+
+
+def _stamp_utc(kind: str, match: re.Match, clock: _Clock) -> Optional[datetime]:
+    """The wall-clock time one stamp names, as UTC; None for a boot-relative or unreadable one."""
+    try:
+        if kind == "iso":
+            return _iso_utc(match.group("iso"))
+        if kind == "local_t":
+            return datetime.strptime(match.group("local_t"), "%a %b %d %H:%M:%S %Y").astimezone().astimezone(
+                timezone.utc)
+        if kind == "syslog":
+            return _yearless(" ".join(match.group("syslog").split(".")[0].split()), "%b %d %H:%M:%S", clock.now)
+        if kind == "reltime":
+            clock.reltime = _yearless(match.group("reltime"), "%b%d %H:%M", clock.now)
+            return clock.reltime
+        if kind == "rel_delta":
+            if clock.reltime is None:
+                return None
+            clock.reltime += timedelta(seconds=float(match.group("rel_delta")))
+            return clock.reltime
+        if kind == "full":
+            zone = match.group("zone")
+            stamp = datetime.strptime(match.group("full").split(".")[0], "%Y-%m-%d %H:%M:%S")
+            if zone in ("UTC", "GMT", "Z"):
+                return stamp.replace(tzinfo=timezone.utc)
+            if zone[0] in "+-":
+                return _iso_utc(stamp.isoformat() + zone)
+            return stamp.astimezone().astimezone(timezone.utc)  # a zone name (CET): this host's zone
+        if kind == "unix":
+            return datetime.fromtimestamp(float(match.group("unix")), timezone.utc)
+    except (ValueError, OverflowError, OSError):
+        return None  # e.g. a month name in another locale ("sep", "sie"): the record stays, undated
+    return None
+
+
+@dataclass
+class _Peeled:
+    message: str
+    uptime_s: Optional[float] = None
+    utc: Optional[datetime] = None
+    kernel: bool = True  # False: the wrapper names another facility (written from userspace)
+    lines: tuple = ()  # a JSON record's further lines (a multi-line message)
+
+
+def _facility_of(prio: str) -> int:
+    return int(prio) >> 3
+
+
+def _peel_text(line: str, clock: _Clock, depth: int = 0) -> _Peeled:
+    """Peel the prefixes of one line, in the order they can stand (module docstring)."""
+    peeled = _Peeled(line)
+    pos = 0
+
+    def take(pattern: re.Pattern) -> Optional[re.Match]:
+        nonlocal pos
+        match = pattern.match(line, pos)
+        if match:
+            pos = match.end()
+        return match
+
+    def wall(match: re.Match, kind: str = "iso") -> None:
+        utc = _stamp_utc(kind, match, clock)
+        peeled.utc = utc if utc is not None else peeled.utc
+
+    for outer in (_CRI, _KUBECTL_PREFIX, _OUTER_STAMP, _HOST_COLUMN):
+        match = take(outer)
+        if match and "iso" in match.groupdict():
+            wall(match)
+    if line.startswith("{", pos) and depth < MAX_JSON_DEPTH:
+        inner = _peel_json(line[pos:], clock, depth + 1)
+        if inner is not None:
+            inner.utc = inner.utc or peeled.utc
+            return inner
+    priority = take(_PRIORITY)
+    if priority and _facility_of(priority.group("prio")) != KERNEL_FACILITY:
+        peeled.kernel = False
+    if priority:
+        header = take(_RFC5424)
+        if header and header.group("iso"):
+            wall(header)
+    decode = take(_TALOS) or take(_DECODE)
+    if decode:
+        peeled.kernel = peeled.kernel and decode.group("facility") == "kern"
+        if "iso" in decode.groupdict() and decode.group("iso"):
+            wall(decode)
+    for kind, pattern in _STAMPS:
+        match = take(pattern)
+        if match:
+            if kind == "uptime":
+                peeled.uptime_s = float(match.group("uptime"))  # bounded digits: always a finite float
+            else:
+                wall(match, kind)
+            break
+    take(_KERNEL)
+    kernel_uptime = take(_KERNEL_UPTIME)
+    if kernel_uptime:
+        peeled.uptime_s = float(kernel_uptime.group("uptime"))
+    take(_CALLER)
+    peeled.message = line[pos:]
+    return peeled
+
+
+def _number(value: object, scale: float = 1.0) -> Optional[float]:
+    """A journal field's count ("8213402117" microseconds) as a float; None unless it is a bounded number."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        return None
+    text = str(value)
+    return int(text) / scale if text.isdigit() and len(text) <= 20 else None
+
+
+def _json_text(value: object) -> Optional[str]:
+    """A journal MESSAGE is a string, or a list of byte values where it is not UTF-8."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and len(value) <= MAX_LINE and all(isinstance(b, int) and 0 <= b < 256
+                                                                 for b in value):
+        return bytes(value).decode("utf-8", errors="replace")
+    return None
+
+
+_MESSAGE_KEYS = ("MESSAGE", "log", "message", "msg", "textPayload")
+
+
+def _peel_json(text: str, clock: _Clock, depth: int) -> Optional[_Peeled]:
+    """A JSON line's message (the journal's, docker's, a shipper's), its stamps and its facility."""
+    try:
+        found = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(found, dict):
+        return None
+    if isinstance(found.get("jsonPayload"), dict):  # Cloud Logging keeps the journal's fields under jsonPayload
+        found = dict(found, **found["jsonPayload"])
+    message = next((m for m in (_json_text(found.get(key)) for key in _MESSAGE_KEYS) if m is not None), None)
+    if message is None:
+        return None
+    facility = found.get("SYSLOG_FACILITY", found.get("facility"))
+    transport = found.get("_TRANSPORT")
+    kernel = facility in (None, 0, "0", "kern") and transport in (None, "kernel")
+    first, *more = message.rstrip("\n").split("\n")
+    inner = _peel_text(first, clock, depth)
+    inner.kernel = inner.kernel and kernel
+    inner.lines = tuple(line.strip() for line in more if line.strip())
+    if inner.uptime_s is None:
+        inner.uptime_s = _number(found.get("_SOURCE_MONOTONIC_TIMESTAMP"), 1e6)
+    if inner.uptime_s is None and _number(found.get("sec")) is not None:  # fluent-bit's kmsg input
+        inner.uptime_s = _number(found.get("sec")) + (_number(found.get("usec")) or 0) / 1e6
+    if inner.utc is None:
+        realtime = _number(found.get("__REALTIME_TIMESTAMP"), 1e6)
+        try:
+            if realtime is not None:
+                inner.utc = datetime.fromtimestamp(realtime, timezone.utc)
+            elif isinstance(found.get("time"), str):
+                inner.utc = _iso_utc(found["time"][:40])
+        except (ValueError, OverflowError, OSError):
+            pass
+    return inner
+
+
+def _unread(message: str) -> bool:
+    """A message that names a judged record after a head no reader placed (an unknown prefix)."""
+    marker = _MARKERS.search(message)
+    if marker is None or marker.start() == 0:
+        return False
+    return _SUBSYSTEM_HEAD.match(message[:marker.start()]) is None
+
+
+def read_records(log: str, now: Optional[datetime] = None) -> KernelReading:
+    """Every kernel-facility line of a kernel log with its prefix read, in order (one reader for every check
+    and the scheduler hook), and the lines it could not place. A record its wrapper marks as another
+    facility's (written from userspace) is left out."""
+    clock = _Clock(now or datetime.now(timezone.utc))
+    reading = KernelReading()
+    records = reading.records
+    for line in log.splitlines():
+        if records and line[:1].isspace() and line.strip():
+            last = records[-1]  # dmesg and journalctl indent a multi-line record's later lines
+            records.append(KernelRecord(line.strip(), line.strip(), last.uptime_s, last.utc, True))
+            continue
+        if not line.strip():
+            continue
+        if len(line) > MAX_LINE:
+            if _MARKERS.search(line[:MAX_LINE]):
+                reading.unread.append(line[:300])
+            continue
+        peeled = _peel_text(line, clock)
+        if not peeled.kernel:
+            continue
+        if _unread(peeled.message):
+            reading.unread.append(line.strip()[:300])
+        records.append(KernelRecord(peeled.message, line.strip(), peeled.uptime_s, peeled.utc))
+        records.extend(KernelRecord(more, more, peeled.uptime_s, peeled.utc, True) for more in peeled.lines)
+    return reading
+
+
+def kernel_records(log: str) -> list:
+    """Every kernel-facility record of a kernel log with its prefix read, in order (read_records' records)."""
+    return read_records(log).records
+
+
+def unread_lines(log: str) -> list:
+    """The lines of a kernel log that name a judged record under a prefix no reader places."""
+    return read_records(log).unread
+
 
 MAX_CODE_DIGITS = 6  # NVIDIA's catalog ends at 172; a longer "code" is a damaged line, never an int() of it
 _XID = re.compile(r"^Xid \(PCI:([0-9a-fA-F:.]{1,24})\): (\d+),?\s*(.*)")
@@ -95,16 +394,6 @@ class SxidEvent:
 
 
 @dataclass(frozen=True)
-class KernelRecord:
-    """One kernel log line with its prefix read: the message and when it was printed where the prefix says."""
-    message: str  # after the prefix
-    line: str  # the whole line, stripped
-    uptime_s: Optional[float] = None  # dmesg's boot-relative stamp
-    utc: Optional[datetime] = None  # a wall-clock stamp, as UTC
-    continuation: bool = False  # an indented line of the record above
-
-
-@dataclass(frozen=True)
 class DriverRecord:
     """One kernel log line the NVIDIA driver printed, with when it was printed where the prefix says."""
     message: str  # from "NVRM: " on
@@ -128,59 +417,12 @@ class XidEvent:
         return int(match.group(1)) if match else None
 
 
-def _wall_clock(match: re.Match, now: Optional[datetime] = None) -> Optional[datetime]:
-    """The record's wall-clock stamp as UTC; local-time stamps are read in this host's zone."""
-    iso = match.group("iso")
-    try:
-        if iso:
-            text = iso.replace(",", ".").replace("Z", "+00:00")
-            text = re.sub(r"([+-]\d\d)(\d\d)$", r"\1:\2", text)  # +0000 -> +00:00 (Python 3.9's fromisoformat)
-            text = re.sub(r"\.(\d{6})\d+", r".\1", text)  # nanoseconds: fromisoformat reads up to microseconds
-            stamp = datetime.fromisoformat(text)
-            return (stamp if stamp.tzinfo else stamp.astimezone()).astimezone(timezone.utc)
-        if match.group("local_t"):
-            local = datetime.strptime(match.group("local_t"), "%a %b %d %H:%M:%S %Y").astimezone()
-            return local.astimezone(timezone.utc)
-        if match.group("syslog"):
-            # syslog stamps carry no year: this year, or last year if that would be in the future
-            now = now or datetime.now(timezone.utc)
-            text = match.group("syslog").split(".")[0]
-            stamp = datetime.strptime(f"{now.year} {text}", "%Y %b %d %H:%M:%S").astimezone()
-            if stamp.astimezone(timezone.utc) > now + timedelta(days=1):
-                stamp = stamp.replace(year=now.year - 1)
-            return stamp.astimezone(timezone.utc)
-    except (ValueError, OverflowError):
-        return None  # e.g. a month name in another locale ("sep", "sie"): the record stays, undated
-    return None
-
-
-def _uptime(match: re.Match) -> Optional[float]:
-    text = match.group("uptime") or match.group("k_uptime")
-    return float(text) if text else None  # bounded digits: always a finite float
-
-
-def kernel_records(log: str) -> list:
-    """Every kernel-facility line of a kernel log with its prefix read, in order (one reader for every
-    check and the scheduler hook). A record `dmesg --decode` marks as another facility (written to
-    /dev/kmsg from userspace) is left out."""
-    records: list = []
-    for line in log.splitlines():
-        if records and line[:1].isspace() and line.strip():
-            last = records[-1]  # dmesg and journalctl indent a multi-line record's later lines
-            records.append(KernelRecord(line.strip(), line.strip(), last.uptime_s, last.utc, True))
-            continue
-        match = _PREFIX.match(line)
-        if match is None or match.group("facility") not in (None, "kern"):
-            continue
-        records.append(KernelRecord(match.group("message"), line.strip(), _uptime(match), _wall_clock(match)))
-    return records
-
-
 def judged(message: str) -> bool:
     """The one filter of what the kernel-log checks judge: the driver's records, the NVSwitch driver's SXid
-    records and the kernel's PCIe "limited by" notices (health_pcie). The scheduler hook keeps exactly these,
-    so it sees what verify does."""
-    return message.startswith(DRIVER) or _SXID.match(message) is not None or is_bandwidth_notice(message)
+    records, the kernel's PCIe "limited by" notices (health_pcie) and its AER / DPC records (health_aer). The
+    scheduler hook keeps exactly these, so it sees what verify does."""
+    return (message.startswith(DRIVER) or _SXID.match(message) is not None or is_bandwidth_notice(message)
+            or is_aer_message(message))
 
 
 def driver_records(log: str) -> list:
@@ -261,6 +503,28 @@ def resets(log: str) -> list:
         bus = _bus(identity.group(1)) if identity else None
         if bus:
             found.append((record.seq, bus))
+    return found
+
+
+@dataclass(frozen=True)
+class DriverFault:
+    """One driver record of a class in verify.judging.kernel_faults.DRIVER_FAULTS (not an Xid)."""
+    fault: kernel_faults.FaultClass
+    bus: Optional[str]  # None: the line names no GPU (the node's, unless its burst names one)
+    record: DriverRecord
+
+
+def driver_faults(log: str) -> list:
+    """Kernel log text -> [DriverFault] for the driver's failures that are not Xids (initialisation failures,
+    reset-required assertions, GSP timeouts with or without an Xid line), each with the GPU its line names."""
+    found = []
+    for record in driver_records(log):
+        if record.continuation:
+            continue
+        matched = kernel_faults.driver_fault(record.message)
+        if matched:
+            fault, bus = matched
+            found.append(DriverFault(fault, _bus(bus) if bus else None, record))
     return found
 
 
