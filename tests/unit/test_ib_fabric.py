@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 
 from verify.checks import health_ib
@@ -88,6 +89,9 @@ def test_text_that_is_no_ibqueryerrors_output_is_said_unreadable():
     assert ib_fabric.parse_ibqueryerrors("GUID 0x" + "9" * 5000 + " port 1: [SymbolErrorCounter == 1]").ports == []
 
 
+NOW = 1_800_000_000.0 + 86400  # the clock the reading times are held to: never the machine's
+
+
 def test_guids_from_the_tools_sysfs_and_gids_meet():
     assert ib_fabric.guid_key("0xe41d2d0300e0bae1") == ib_fabric.guid_key("e41d:2d03:00e0:bae1") \
         == ib_fabric.guid_key("fe80:0000:0000:0000:e41d:2d03:00e0:bae1") == 0xe41d2d0300e0bae1
@@ -96,7 +100,7 @@ def test_guids_from_the_tools_sysfs_and_gids_meet():
 
 def test_a_switch_port_with_symbol_errors_is_shown_on_the_host_it_faces(tmp_path):
     directory = run_dir(tmp_path)
-    fleet_fabric.collect(str(directory), with_link(REAL), read_at=1_800_000_000.0)
+    fleet_fabric.collect(str(directory), with_link(REAL), read_at=1_800_000_000.0, now=NOW)
     results = fleet_results(directory)
     faced = results["rd240"]["fleet.ib_fabric.mlx4_0/1"]
     assert faced.status is Status.FAIL and faced.details[verdicts.ACTION_KEY] == verdicts.DRAIN_RMA
@@ -121,7 +125,7 @@ def test_a_switch_port_with_symbol_errors_is_shown_on_the_host_it_faces(tmp_path
 
 def test_without_link_info_switch_ports_are_listed_unjoined_and_no_host_is_blamed_or_cleared(tmp_path):
     directory = run_dir(tmp_path)
-    summary = fleet_fabric.collect(str(directory), REAL, read_at=1_800_000_000.0)
+    summary = fleet_fabric.collect(str(directory), REAL, read_at=1_800_000_000.0, now=NOW)
     results = [r for per in fleet_results(directory).values() for r in per.values()]
     assert {r.status for r in results} == {Status.ERROR}  # could not check: never FAIL, never PASS
     assert "the switch port it faces is not named: 8 switch ports with errors that name no far end" in results[0].reason
@@ -133,9 +137,9 @@ def test_counters_since_an_earlier_reading_are_judged_as_rates(tmp_path):
     earlier = run_dir(tmp_path, "20261127T220000Z-aaaa")
     port5 = "port 5: [SymbolErrorCounter == 65535] [LinkErrorRecoveryCounter == 8] [LinkDownedCounter == {}]"
     fleet_fabric.collect(str(earlier), with_link(REAL).replace(port5.format(2), port5.format(1)),
-                         read_at=1_800_000_000.0)
+                         read_at=1_800_000_000.0, now=NOW)
     later = run_dir(tmp_path)
-    fleet_fabric.collect(str(later), with_link(REAL), read_at=1_800_000_000.0 + 3600)
+    fleet_fabric.collect(str(later), with_link(REAL), read_at=1_800_000_000.0 + 3600, now=NOW)
     faced = fleet_results(later)["rd240"]["fleet.ib_fabric.mlx4_0/1"]
     assert faced.status is Status.FAIL  # one flap in an hour: above one per 6 hours
     assert "link_downed 1 in 60.0 min" in faced.reason
@@ -146,7 +150,7 @@ def test_counters_since_an_earlier_reading_are_judged_as_rates(tmp_path):
 def test_a_capture_cut_before_its_summary_never_passes_a_host(tmp_path):
     directory = run_dir(tmp_path)
     cut = REAL.split("## Summary")[0]
-    fleet_fabric.collect(str(directory), cut, read_at=1_800_000_000.0)
+    fleet_fabric.collect(str(directory), cut, read_at=1_800_000_000.0, now=NOW)
     assert {r.status for r in fleet_results(directory)["server"].values()} == {Status.ERROR}
 
 
@@ -233,3 +237,37 @@ def test_an_ibdiagnet_stage_table_given_with_the_capture_is_kept_in_the_run_summ
     fleet_fabric.collect(str(directory), with_link(REAL), 1_800_000_000.0, ibdiagnet=table)
     kept = json.loads((directory / "ib-fabric" / "summary.json").read_text())["ibdiagnet"]
     assert kept == [{"stage": "Port Counters", "warnings": 2, "errors": 1, "comment": ""}]
+
+
+@pytest.mark.parametrize("earlier_at, read_at", [
+    (1e300, 1_800_000_000.0),             # an earlier reading dated far in the future
+    (10 ** 400, 1_800_000_000.0),         # too large for a float: OverflowError ended the collection
+    ("1799996400", 1_800_000_000.0),      # text
+    (1.0, 1_800_000_000.0),               # 1970: a rate over 57 years
+    (1_800_000_000.0 - 90 * 86400, 1_800_000_000.0),  # 90 days: past MAX_INTERVAL_S
+    (1_800_000_000.0 - 3600, NOW + 7200),  # this reading dated in the future
+])
+def test_an_implausible_reading_time_judges_counts_never_a_weaker_rate(tmp_path, earlier_at, read_at):
+    """65,535 symbol errors on a switch port: a FAIL as a count since cleared. A time that would make the interval
+    huge (or unknown) never turns it into a small rate that passes."""
+    earlier = run_dir(tmp_path, "20261127T220000Z-aaaa")
+    (earlier / fleet_fabric.FABRIC_DIR).mkdir()
+    raw = json.dumps({"read_at": 0, "complete": True, "ports": {}}).replace("0,", "%s," % (
+        json.dumps(earlier_at) if not isinstance(earlier_at, int) else str(earlier_at)), 1)
+    (earlier / fleet_fabric.FABRIC_DIR / fleet_fabric.READING_NAME).write_text(raw)
+    later = run_dir(tmp_path)
+    summary = fleet_fabric.collect(str(later), with_link(REAL), read_at=read_at, now=NOW)
+    faced = fleet_results(later)["rd240"]["fleet.ib_fabric.mlx4_0/1"]
+    assert faced.status is Status.FAIL
+    assert "symbol_error 65535 since the counters were last cleared" in faced.reason
+    assert "counters judged as counts since they were last cleared" in summary["interval_unknown"]
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "-1", "1e300", "9" * 400, "yesterday", "0"])
+def test_read_at_is_a_unix_time_up_to_now_or_refused_naming_it(tmp_path, capsys, value):
+    directory = run_dir(tmp_path)
+    with pytest.raises(SystemExit) as ended:
+        fleet_fabric.main(["collect", f"--run-dir={directory}", f"--input={tmp_path}/none", f"--read-at={value}"])
+    assert ended.value.code == 2
+    assert "--read-at" in capsys.readouterr().err
+    assert not (directory / "rd240" / fleet_fabric.CROSSNODE_NAME).exists()

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -57,6 +58,14 @@ CEILING = health_ib.DERIVED_ERRORS
 FIX_SWITCH_PORT = ("drain {host}; reseat or replace the cable / transceiver between switch {switch} port {port} and "
                    "{host} {hca}; if the errors stay, move the cable to another switch port and service switch "
                    "port {port}")
+# A reading's time is a Unix time no earlier than this (2001-09-09: no fabric this check reads was read before)
+# and no later than now plus a clock's skew between the hosts that read and judge it; an interval between two
+# readings longer than MAX_INTERVAL_S says nothing per minute (a reading kept for months). Outside these the
+# interval is not known and the counters are judged as counts since they were last cleared, never as a rate
+# that a far-away or future time makes small (a reading dated inf let 65,535 symbol errors PASS).
+TIME_FLOOR_S = 1_000_000_000
+MAX_SKEW_S = 300
+MAX_INTERVAL_S = 30 * 86400
 WITHOUT_LINKS = ("switch ports with errors that name no far end: run ibqueryerrors with -r (--report-port) so "
                  "each names the HCA it faces")
 
@@ -228,6 +237,31 @@ def fabric_records(fabric: FabricErrors, nodes: list, previous: Optional[dict], 
     return records, summary
 
 
+def reading_time(value: object, now: float) -> Optional[float]:
+    """A reading's time as a float when it is a plausible Unix time (TIME_FLOOR_S .. now + MAX_SKEW_S), else None:
+    a bool, text, NaN, an infinity, an integer too large for a float, a date in the future or before 2001."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        seconds = float(value)
+    except OverflowError:
+        return None
+    return seconds if math.isfinite(seconds) and TIME_FLOOR_S <= seconds <= now + MAX_SKEW_S else None
+
+
+def interval_min(before: object, read_at: object, now: float) -> tuple:
+    """(minutes between an earlier reading and this one, "") or (None, why the interval is not known)."""
+    earlier, later = reading_time(before, now), reading_time(read_at, now)
+    if later is None:
+        return None, f"this reading's time {str(read_at)[:40]} is not a Unix time up to now"
+    if earlier is None:
+        return None, f"the earlier reading's time {str(before)[:40]} is not a Unix time up to now"
+    if not 0 <= later - earlier <= MAX_INTERVAL_S:
+        return None, (f"the earlier reading is {later - earlier:.0f} s before this one (0 to {MAX_INTERVAL_S} s "
+                      "make a rate)")
+    return (later - earlier) / 60.0, ""
+
+
 def snapshot_of(fabric: FabricErrors, read_at: float) -> dict:
     """What the next run compares against: every listed port's counters (a port not listed read 0)."""
     return {"read_at": read_at, "complete": fabric.complete,
@@ -253,22 +287,26 @@ def previous_reading(run_dir: str) -> tuple:
         if not isinstance(data, dict):
             continue
         ports, read_at = data.get("ports"), data.get("read_at")
-        if isinstance(ports, dict) and data.get("complete") is True and isinstance(read_at, (int, float)) \
-                and not isinstance(read_at, bool):
+        if isinstance(ports, dict) and data.get("complete") is True:
             clean = {str(k): {str(c): n for c, n in v.items() if isinstance(n, int) and not isinstance(n, bool)}
                      for k, v in ports.items() if isinstance(v, dict)}
-            return clean, float(read_at)
+            return clean, read_at  # judged by interval_min: any JSON value, never converted here
     return None, None
 
 
-def collect(run_dir: str, capture: str, read_at: float, ibdiagnet: str = "", failed: str = "") -> dict:
+def collect(run_dir: str, capture: str, read_at: float, ibdiagnet: str = "", failed: str = "",
+            now: Optional[float] = None) -> dict:
     """Judge one capture against the run's node reports and write every host's crossnode result. failed: why
-    no capture could be had (the tool failed, the file was refused): every host then says so (ERROR)."""
+    no capture could be had (the tool failed, the file was refused): every host then says so (ERROR). now: the
+    clock the reading times are held to (default the controller's)."""
+    now = time.time() if now is None else now
     fabric = FabricErrors(why_unreadable=failed) if failed else parse_ibqueryerrors(capture)
     nodes, _ = load_fleet_dir(run_dir)
     previous, before = previous_reading(run_dir)
-    minutes = (read_at - before) / 60.0 if before is not None and read_at >= before else None
+    minutes, no_interval = interval_min(before, read_at, now) if previous is not None else (None, "")
     records, summary = fabric_records(fabric, nodes, previous if minutes is not None else None, minutes)
+    if no_interval:
+        summary["interval_unknown"] = f"{no_interval}: counters judged as counts since they were last cleared"
     if ibdiagnet:
         summary["ibdiagnet"] = [vars(stage) for stage in parse_ibdiagnet_summary(ibdiagnet)]
     for host, host_records in records.items():
@@ -277,12 +315,23 @@ def collect(run_dir: str, capture: str, read_at: float, ibdiagnet: str = "", fai
         write_file_atomic(os.path.join(run_dir, host, CROSSNODE_NAME), json.dumps(host_records, indent=1),
                           create_dir=True)
     fabric_dir = os.path.join(run_dir, FABRIC_DIR)
-    if fabric.complete:
+    if fabric.complete and reading_time(read_at, now) is not None:  # a reading of no plausible time is not kept
         write_file_atomic(os.path.join(fabric_dir, READING_NAME), json.dumps(snapshot_of(fabric, read_at)),
                           create_dir=True)
     write_file_atomic(os.path.join(fabric_dir, SUMMARY_NAME), json.dumps(summary, indent=1), create_dir=True)
     summary["records"] = records
     return summary
+
+
+def _read_at(text: str) -> float:
+    """--read-at: a Unix time from 2001 up to now (argparse names the option and the value when refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a Unix time") from None
+    if reading_time(value, time.time()) is None:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a Unix time between {TIME_FLOOR_S} and now")
+    return value
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -293,7 +342,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--run-dir", required=True, help="the fleet run directory (<run>/<host>/report.json)")
     p.add_argument("--input", required=True, help="the output of `ibqueryerrors -r` (captured or pasted)")
     p.add_argument("--ibdiagnet", default="", help="optional: ibdiagnet's screen output, for its stage table")
-    p.add_argument("--read-at", type=float, default=None, help="when the capture was taken (Unix time; default now)")
+    p.add_argument("--read-at", type=_read_at, default=None,
+                   help="when the capture was taken (Unix time, up to now; default now)")
     p.add_argument("--tool-failed", default="", help="why ibqueryerrors gave no capture (the playbook passes its exit "
                    "status and stderr): each host's result says so instead of judging --input")
     args = parser.parse_args(argv)
@@ -326,6 +376,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"UNJOINED: {port['node_name']} {port['port_guid']} port {port['port']}: {port['counters']}")
     if summary.get("note"):
         print(f"NOTE: {summary['note']}")
+    if summary.get("interval_unknown"):
+        print(f"NOTE: {summary['interval_unknown']}")
     for stage in summary.get("ibdiagnet", []):
         if stage["errors"]:
             print(f"IBDIAGNET: stage {stage['stage']}: {stage['errors']} errors, {stage['warnings']} warnings")
