@@ -25,8 +25,10 @@ OPEN = ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Re
         "(dvs-builder@U22-I3-AE18-09-3)  Wed Jan 14 10:00:00 UTC 2026\n")
 
 
-def gpu_tree(tmp_path, banner=OPEN, release="6.8.0-60-generic"):
+def gpu_tree(tmp_path, banner=OPEN, release="6.8.0-60-generic", rdma=True):
     tree = FakeTree(tmp_path).write("/proc/driver/nvidia/version", banner)
+    if rdma:  # a ConnectX HCA registered with the RDMA core: what GPUDirect RDMA serves
+        tree.write("/sys/class/infiniband/mlx5_0/node_type", "1: CA\n")
     return tree.write("/proc/sys/kernel/osrelease", release + "\n")
 
 
@@ -136,9 +138,23 @@ def test_no_peermem_and_no_dmabuf_fails_saying_which(tmp_path, banner, release, 
     assert result.status is Status.FAIL and why in result.reason
 
 
+@pytest.mark.parametrize("gpu", [{"nvidia_peermem": True}, {"nvidia_peermem": False, "rdma_expected": True}])
+@pytest.mark.parametrize("banner", [OPEN, PROPRIETARY])
+def test_peermem_on_a_node_without_an_rdma_device_skips_saying_so(tmp_path, gpu, banner):
+    """Issue 47: a 1x H100 with no RDMA device failed its prolog on 'nvidia_peermem is not loaded'. With the
+    same stack and an HCA present it is still judged (the twin: FAIL / PASS as above)."""
+    spec = desired_state(gpu=gpu)
+    bare = peermem.run(spec, gpu_tree(tmp_path / "bare", banner, rdma=False).node())[0]
+    assert bare.status is Status.SKIP and "no RDMA device" in bare.reason and "/sys/class/infiniband" in bare.reason
+    with_hca = peermem.run(spec, gpu_tree(tmp_path / "hca", banner).node())[0]
+    assert with_hca.status in (Status.PASS, Status.FAIL)
+    assert with_hca.status is (Status.PASS if banner == OPEN and not gpu["nvidia_peermem"] else Status.FAIL)
+
+
 def bare_root_tree(tmp_path, modules=""):
     """A --root tree with the driver banner but no /proc/sys (no kernel release to read)."""
     tree = FakeTree(tmp_path).write("/proc/driver/nvidia/version", OPEN)
+    tree.write("/sys/class/infiniband/mlx5_0/node_type", "1: CA\n")
     return tree.write("/proc/modules", modules) if modules else tree
 
 

@@ -2,6 +2,9 @@
 
 DMA-BUF needs Linux >= 5.12 and NVIDIA's open kernel module; then NCCL/perftest can register GPU
 memory without nvidia_peermem. When the spec asks for nvidia_peermem by name, only the module counts.
+GPUDirect RDMA lets an RDMA NIC read and write GPU memory: on a node with no RDMA device (nothing in
+/sys/class/infiniband, where every verbs-capable HCA registers, InfiniBand and RoCE alike) there is nothing
+for it to serve, so the check SKIPs there with that reason whatever the spec asks.
 """
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ ROLE = "gpu"
 CHECK_ID = "gpu.nvidia_peermem"
 DMABUF_MIN_KERNEL = (5, 12)
 OSRELEASE = "/proc/sys/kernel/osrelease"
+RDMA_CLASS = "/sys/class/infiniband"
 
 
 def kernel_version(release: str) -> tuple:
@@ -73,6 +77,9 @@ def run(spec: dict, node: Node) -> list:
     banner = node.read("/proc/driver/nvidia/version")
     if banner is None:
         return [skip(CHECK_ID, ROLE, "no NVIDIA driver loaded (/proc/driver/nvidia/version absent)")]
+    if not node.listdir(RDMA_CLASS):
+        return [skip(CHECK_ID, ROLE, f"no RDMA device ({RDMA_CLASS} is empty or absent): GPUDirect RDMA has no NIC "
+                                     "to serve here, so nvidia_peermem / DMA-BUF is not judged")]
     driver_version, open_module = parse_driver_banner(banner)
     release = node.read_value(OSRELEASE)
     loaded = module_loaded(node, "nvidia_peermem")

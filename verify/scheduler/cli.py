@@ -14,10 +14,11 @@ from verify.history.drain import DEFAULT_CAP
 from verify.scheduler import contract, nvml
 from verify.scheduler.state import DEFAULT_DIR
 
-EXIT_HELP = ("exit codes: prolog/epilog 0 run the job (also when a check could not run), 1 a check FAILed (the "
-             "node was drained); health 0 ok, 1 FAIL, 2 bad input, 3 could not check (ERROR); npd 0 OK, 1 problem, "
-             "2 unknown; every mode 70 tunefleet itself failed (no verdict, never a drain: the Slurm hook answers "
-             "'could not check', NPD Unknown)")
+EXIT_HELP = ("exit codes: prolog/epilog 0 run the job (also for a configuration finding, or when a check could not "
+             "run), 1 a hardware fault the policy drains for (the node was drained); health 0 ok, 1 drained, 2 bad "
+             "input, 3 could not check (ERROR); npd 0 OK, 1 problem (what drains; with --npd-events what is "
+             "reported), 2 unknown; every mode 70 tunefleet itself failed (no verdict, never a drain: the Slurm "
+             "hook answers 'could not check', NPD Unknown)")
 
 
 def add_parser(sub) -> None:
@@ -49,6 +50,14 @@ def add_parser(sub) -> None:
     c.add_argument("--drain-cap", default=DEFAULT_CAP,
                    help="drain no more than this share ('10%%') or count ('3') of the cluster's nodes "
                         f"(default {DEFAULT_CAP.replace('%', '%%')}); nodes tunefleet drained already count")
+    c.add_argument("--policy", metavar="FILE", default=None,
+                   help="the operator's policy (JSON): per Xid, check id, action or fault class drain / warn / "
+                        "ignore, after how many failing runs, a recovery window (docs/verdicts.md); a bad file is "
+                        "refused by name and the defaults apply (a hardware FAIL drains, a configuration finding "
+                        "never does)")
+    c.add_argument("--npd-events", action="store_true",
+                   help="npd: exit 1 for what the policy reports but does not drain (an NPD temporary rule's "
+                        "event); without it exit 1 only for what drains (the permanent condition)")
     c.add_argument("--max-output", type=int, default=contract.NPD_OUTPUT_LIMIT,
                    help="npd: cut the line to this many characters (the plugin's maxOutputLength)")
 

@@ -73,13 +73,23 @@ def main(args: argparse.Namespace, reading: Optional[nvml.Reading] = None) -> in
         runner, node_live = inject.for_run(args.inject, args.root)
     except (ValueError, SpecError, inject.InjectionError, OSError) as exc:
         return _bad_input(mode, str(exc))
+    policy, policy_problem = None, ""
+    if getattr(args, "policy", None):
+        from verify.scheduler.policy import PolicyError, load
+
+        try:
+            policy = load(args.policy)
+        except PolicyError as exc:  # refused by name; the defaults apply, never a drain for the file
+            policy_problem = str(exc)
     node = Node(root=args.root, runner=runner, live=node_live)
     direct = contract.live_node(args.inject, args.root)  # NVML and /dev/kmsg, not the captures or a tree
     name = args.node_name or os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
     options = modes.Options(mode, state_dir=args.state_dir, drain=not args.no_drain, dry_run=args.dry_run,
                             scheduler=args.scheduler, node_name=name, cap=args.drain_cap,
                             use_nvml=direct, use_kmsg=direct,
-                            output_limit=args.max_output, spec_source=spec_source, nvml_reading=reading)
+                            output_limit=args.max_output, spec_source=spec_source, nvml_reading=reading,
+                            policy=policy, policy_problem=policy_problem,
+                            npd_events=bool(getattr(args, "npd_events", False)))
     outcome = modes.run_mode(spec, node, options)
     messages = []
     textfile = args.textfile_dir
@@ -96,14 +106,37 @@ def main(args: argparse.Namespace, reading: Optional[nvml.Reading] = None) -> in
             messages.append(f"--report {args.report}: not written: {exc.strerror or exc}")
     for row in outcome.actions:
         messages.append(f"{row.status.value} {row.check_id}: {row.reason}")
+    reported = outcome.applied.reported() if outcome.applied else []
+    if args.dry_run and outcome.applied:  # what the policy would do, finding by finding
+        for decision in outcome.applied.decisions:
+            print(f"tunefleet {mode}: policy: {decision.line()}", file=sys.stderr if mode == "npd" else sys.stdout)
     if mode in contract.JOB_MODES:
         # Slurm keeps a prolog's stdout to itself; stderr reaches slurmd's log
         if outcome.code:
             print(f"tunefleet {mode}: {outcome.line}", file=sys.stderr)
         elif any(r.status.value == "ERROR" for r in outcome.results):
             print(f"tunefleet {mode}: could not check everything, job allowed: {outcome.line}", file=sys.stderr)
+        elif reported:
+            print(f"tunefleet {mode}: reported, job allowed: {outcome.line}", file=sys.stderr)
     else:
         print(outcome.line if mode == "npd" else f"tunefleet {mode}: {outcome.line}")
     for message in filter(None, messages):
         print(f"tunefleet {mode}: {message}", file=sys.stderr)
+    if direct and (reported or outcome.code):
+        _to_syslog(mode, outcome)
     return outcome.code
+
+
+def _to_syslog(mode: str, outcome) -> None:
+    """One line per finding the policy drains or reports, in the node's syslog (the live node only: a drill or
+    a --root tree is not this node's news)."""
+    import syslog
+
+    syslog.openlog("tunefleet", syslog.LOG_PID, syslog.LOG_DAEMON)
+    try:
+        for decision in outcome.applied.decisions:
+            if decision.do != "ignore":
+                level = syslog.LOG_ERR if decision.do == "drain" else syslog.LOG_WARNING
+                syslog.syslog(level, f"check --mode {mode}: {decision.line()}")
+    finally:
+        syslog.closelog()

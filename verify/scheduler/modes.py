@@ -19,6 +19,7 @@ hook answers it as "could not check", NPD as Unknown; a damaged state file is se
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -30,11 +31,13 @@ from verify.checks.health_common import remember_previous
 from verify.checks.health_fabric import fabric_results
 from verify.facts.fabric import MEMO_FABRIC
 from verify.facts.peer_access import P2P_CAPS
-from verify.history.drain import DEFAULT_CAP, act, cap_allows, first_failure
+from verify.history.drain import DEFAULT_CAP, REASON_LIMIT, SLURM_REASON_PREFIX, act, cap_allows
+from verify.judging import verdicts
 from verify.node import Node
 from verify.report import build_report, utc_now
 from verify.result import CheckResult, Status, exit_code, sort_for_people
 from verify.scheduler import contract, kernel_events, nvml, nvml_facts
+from verify.scheduler import policy as policies
 from verify.scheduler import state as saved
 
 PROLOG_CHECKS = ("health.gpu.presence", "gpu.persistence_mode", "health.gpu.xid", "health.gpu.memory",
@@ -58,6 +61,9 @@ class Options:
     output_limit: int = contract.NPD_OUTPUT_LIMIT
     spec_source: str = ""  # "--spec FILE", "cache" or "rendered" (verify.scheduler.spec_cache), for the report
     nvml_reading: Optional[nvml.Reading] = None  # started by the caller (the prolog's, before its imports)
+    policy: Optional[policies.Policy] = None  # the operator's (--policy); None: the defaults
+    policy_problem: str = ""  # why the --policy file was refused (the defaults apply): a WARN row
+    npd_events: bool = False  # npd: exit 1 for what the policy reports (an NPD event), not for what drains
 
 
 @dataclass
@@ -65,6 +71,7 @@ class Outcome:
     report: dict
     results: list
     actions: list = field(default_factory=list)  # scheduler rows (drain / resume / cap)
+    applied: Optional[policies.Applied] = None  # what the policy decided about each finding
     code: int = 0
     line: str = ""  # the one line the hook prints
 
@@ -90,7 +97,8 @@ def _counters_of(results: list) -> dict:
 
 
 def judge(spec: dict, node: Node, options: Options, now: Optional[float] = None) -> tuple:
-    """(results, run record): the mode's checks with NVML and the kernel-log cursor, the state saved."""
+    """(results, run record, what the policy decided): the mode's checks with NVML and the kernel-log cursor,
+    the policy applied (its counts kept), the state saved."""
     now = time.time() if now is None else now
     start = time.perf_counter()
     rows, run = [], {"mode": options.mode, "started_at": utc_now()}
@@ -99,6 +107,10 @@ def judge(spec: dict, node: Node, options: Options, now: Optional[float] = None)
     state, warning = saved.load(options.state_dir) if options.state_dir else (saved.State(), "")
     if warning:
         rows.append(_state_row(warning))
+    if options.policy_problem:
+        rows.append(CheckResult("scheduler.policy", ROLE, Status.WARN, "a valid policy file", None,
+                                f"{options.policy_problem}; the defaults apply",
+                                "fix the policy file (docs/verdicts.md, \"The operator's policy\")"))
     boot = kernel_events.boot_id(node)
     if state.boot_id != boot:  # a reboot (or a first run): the cursor and the open events are of another boot
         state = saved.State(boot_id=boot, last_run=state.last_run)
@@ -117,10 +129,15 @@ def judge(spec: dict, node: Node, options: Options, now: Optional[float] = None)
         if driver is not None:
             nvml_facts.prime(node, driver, raw)
         run["gpu_source"] = "nvml" if driver is not None else f"nvidia-smi ({raw})"
-    # The counters saved below are stamped `now`: the checks measure this interval on that same clock.
-    remember_previous(node, state.counters, state.counters_at, now)
+    # The counters saved below are stamped `now`: the checks measure this interval on that same clock. A stamp
+    # from before this boot, from the future or without a time gives no interval: judged since driver load.
+    unusable = _unusable_stamp(node, state.counters_at, now) if state.counters else ""
+    if unusable:
+        run["counters_interval_unknown"] = unusable
+    else:
+        remember_previous(node, state.counters, state.counters_at, now)
     if state.counters:
-        run["counters_interval_s"] = round(now - state.counters_at, 3) if state.counters_at else None
+        run["counters_interval_s"] = None if unusable else round(now - state.counters_at, 3)
     timings: dict = {}
     results = run_checks(spec, node, names, timings=timings)
     if MEMO_FABRIC in node.memo and "health.fabric" not in names:  # the registered check judged it already
@@ -133,6 +150,21 @@ def judge(spec: dict, node: Node, options: Options, now: Optional[float] = None)
     if counters:
         state.counters, state.counters_at = counters, now
     state.last_run[options.mode] = now
+    applied = policies.apply(options.policy or policies.Policy(), results + rows,
+                             state.policy_runs.get(options.mode, {}), now, options.mode in contract.JOB_MODES)
+    state.policy_runs[options.mode] = applied.runs
+    decided = {d.check_id: d for d in applied.decisions}
+    for result in results + rows:
+        if result.check_id in decided and result.status in policies.FINDINGS:
+            result.details["policy"] = decided[result.check_id].to_dict()
+            if result.status is Status.FAIL and decided[result.check_id].fault == policies.CONFIG:
+                # a configuration check's FAIL is the fix-config class (docs/verdicts.md), said as such
+                result.details.setdefault(verdicts.ACTION_KEY, verdicts.FIX_CONFIG)
+    run["policy"] = {"source": (options.policy or policies.Policy()).source,
+                     "drains": [d.check_id for d in applied.drains()],
+                     "reported": [d.check_id for d in applied.reported()]}
+    if applied.recovering:
+        run["policy"]["recovering"] = applied.recovering
     if options.state_dir:
         problem = saved.save(options.state_dir, state)
         if problem:
@@ -140,7 +172,26 @@ def judge(spec: dict, node: Node, options: Options, now: Optional[float] = None)
     run.update(duration_s=round(time.perf_counter() - start, 4), check_timings_s=timings, root=node.root,
                benchmarks=False, gpu_uuids=node.memo.get(nvml_facts.MEMO_UUIDS) or {},
                command="tunefleet " + " ".join(sys.argv[1:]))
-    return results + rows, run
+    return results + rows, run, applied
+
+
+def _unusable_stamp(node: Node, counters_at: Optional[float], now: float) -> str:
+    """Why the saved counters' time gives no interval ('' when it does): none, after now, or before this boot
+    (the boot's time from /proc/stat's btime; unknown, a year before now stands for it)."""
+    if counters_at is None:
+        return "the saved counters carry no time"
+    if counters_at > now:
+        return f"the saved counters are dated {counters_at - now:.0f} s after now"
+    boot = None
+    for line in (node.read("/proc/stat") or "").splitlines():
+        if line.startswith("btime "):
+            with contextlib.suppress(ValueError):
+                boot = float(line.split()[1])
+    floor = boot if boot is not None and 0 < boot <= now else now - 366 * 86400.0
+    if counters_at < floor:
+        return ("the saved counters are dated before this boot" if boot is not None else
+                "the saved counters are dated more than a year ago")
+    return ""
 
 
 def facts_of(node: Node) -> dict:
@@ -150,54 +201,94 @@ def facts_of(node: Node) -> dict:
             "gpus": inventory.to_dict() if inventory is not None else None}
 
 
-def summary(results: list, limit: Optional[int] = None) -> str:
-    """'FAIL <class>: <check>: <reason>' of the worst result, or 'OK (n checks)'; one printable line."""
-    failure = first_failure(results)
-    if failure:
-        text = f"FAIL {failure}"
+def drain_text(decision: policies.Decision, results: list) -> str:
+    """'<action class>: <check>: <reason> (policy <rule>)', the reason cut so the policy rule stays within the
+    scheduler's reason (verify.history.drain.reason_text: 'tunefleet: ' + this, REASON_LIMIT)."""
+    row = next(r for r in results if r.check_id == decision.check_id and r.status.value == decision.status)
+    action = verdicts.action_of(row.details)
+    head = f"{action + ': ' if action else ''}{row.check_id}: "
+    tail = f" (policy {decision.rule.name})"
+    room = REASON_LIMIT - len(SLURM_REASON_PREFIX) - 1 - len(head) - len(tail)
+    reason = " ".join(row.reason.split())
+    if len(reason) > room:
+        reason = reason[: max(room - 3, 0)] + "..."
+    return head + reason + tail
+
+
+def chosen_drain(applied: policies.Applied, results: list) -> Optional[policies.Decision]:
+    """The drain that names the node's reason: the most disruptive action class, then the report's order."""
+    drains = applied.drains()
+    if not drains:
+        return None
+    rank = {action: n for n, action in enumerate(verdicts.ACTIONS)}
+    order = {r.check_id: n for n, r in enumerate(sort_for_people(results))}
+
+    def weight(d: policies.Decision) -> tuple:
+        row = next(r for r in results if r.check_id == d.check_id)
+        return (-rank.get(verdicts.action_of(row.details), -1), order.get(d.check_id, 0))
+
+    return min(drains, key=weight)
+
+
+def summary(results: list, applied: Optional[policies.Applied] = None, limit: Optional[int] = None) -> str:
+    """'FAIL <class>: <check>: <reason> (policy <rule>)' of what drains; else the worst finding with what the
+    policy does about it, or 'OK (n checks)'; one printable line."""
+    applied = applied or policies.apply(policies.Policy(), results, {}, 0.0, False)
+    drain = chosen_drain(applied, results)
+    if drain:
+        text = f"FAIL {drain_text(drain, results)}"
     else:
-        worst = sort_for_people(r for r in results if r.status in (Status.ERROR, Status.WARN))
-        text = (f"{worst[0].status.value} {worst[0].check_id}: {worst[0].reason}" if worst
-                else f"OK ({len(results)} checks)")
+        worst = sort_for_people(r for r in results if r.status in (Status.FAIL, Status.ERROR, Status.WARN))
+        text = f"{worst[0].status.value} {worst[0].check_id}: {worst[0].reason}" if worst else \
+            f"OK ({len(results)} checks)"
+        decided = {d.check_id: d for d in applied.decisions}
+        if worst and worst[0].check_id in decided and worst[0].status is Status.FAIL:
+            d = decided[worst[0].check_id]
+            text = f"{text} (not draining: policy {d.rule.name}{', ' + d.note if d.note else ''})"
     text = " ".join("".join(ch if ch.isprintable() else " " for ch in text).split())
     if limit and len(text) > limit:
         text = text[: limit - 3] + "..."
     return text
 
 
-def act_on(results: list, options: Options, scheduler_node: Node, name: str) -> list:
-    """Drain on FAIL (under the cap), resume a tunefleet drain on a clean run, nothing on ERROR: rows."""
+def act_on(results: list, applied: policies.Applied, options: Options, scheduler_node: Node, name: str) -> list:
+    """Drain what the policy drains (under the cap), resume a tunefleet drain on a run with nothing to drain,
+    nothing could-not-check and no check inside its recovery window; nothing on ERROR: rows."""
     if options.mode == "npd" or not options.drain:
         return []
-    failure = first_failure(results)
+    drain = chosen_drain(applied, results)
     statuses = {r.status for r in results}
-    if failure:
+    if drain:
         allowed, row = cap_allows(scheduler_node, name, options.cap, options.scheduler)
         if not allowed:
             return [row]
-        return [act(scheduler_node, "drain", name, options.scheduler, failure, options.dry_run).to_result()]
-    if options.mode == "health" and Status.ERROR not in statuses:
+        return [act(scheduler_node, "drain", name, options.scheduler, drain_text(drain, results),
+                    options.dry_run).to_result()]
+    if options.mode == "health" and Status.ERROR not in statuses and not applied.recovering:
         return [act(scheduler_node, "resume", name, options.scheduler, dry_run=options.dry_run).to_result()]
     return []
 
 
 def run_mode(spec: dict, node: Node, options: Options, scheduler_node: Optional[Node] = None,
              now: Optional[float] = None) -> Outcome:
-    results, run = judge(spec, node, options, now)
+    results, run, applied = judge(spec, node, options, now)
     facts = facts_of(node)
     name = options.node_name or facts["host"]
-    actions = act_on(results, options, scheduler_node or Node(), name)
+    actions = act_on(results, applied, options, scheduler_node or Node(), name)
     report = build_report(spec, facts, results + actions, run)
-    outcome = Outcome(report, results, actions)
+    outcome = Outcome(report, results, actions, applied=applied)
     judged = results  # the node's verdict: a scheduler command that failed is said, it is not the node's fault
+    statuses = {r.status for r in judged}
+    drains = bool(applied.drains())
     if options.mode == "npd":
-        statuses = {r.status for r in judged}
-        outcome.code = NPD_PROBLEM if Status.FAIL in statuses else NPD_UNKNOWN if Status.ERROR in statuses else NPD_OK
-        outcome.line = summary(judged, options.output_limit)
+        # a permanent condition only for what drains; with --npd-events, an event for what is reported
+        problem = bool(applied.reported()) if options.npd_events else drains
+        outcome.code = NPD_PROBLEM if problem else NPD_UNKNOWN if Status.ERROR in statuses else NPD_OK
+        outcome.line = summary(judged, applied, options.output_limit)
     elif options.mode in contract.JOB_MODES:
-        outcome.code = 1 if any(r.status is Status.FAIL for r in judged) else 0
-        outcome.line = summary(judged)
+        outcome.code = 1 if drains else 0
+        outcome.line = summary(judged, applied)
     else:
-        outcome.code = exit_code(judged + actions)
-        outcome.line = summary(judged)
+        outcome.code = 1 if drains else exit_code([r for r in judged + actions if r.status is not Status.FAIL])
+        outcome.line = summary(judged, applied)
     return outcome

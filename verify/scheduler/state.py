@@ -46,6 +46,9 @@ class State:
     counters: dict = field(default_factory=dict)
     counters_at: Optional[float] = None
     last_run: dict = field(default_factory=dict)  # mode -> Unix time
+    # the operator's policy's counts (verify.scheduler.policy.Applied.runs), per mode: {mode: {check id:
+    # [consecutive failing runs, Unix time of the last failing run, its rule's recovery window in seconds]}}
+    policy_runs: dict = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps(dict(asdict(self), schema=SCHEMA), indent=1, sort_keys=True)
@@ -58,7 +61,7 @@ def parse(text: str) -> State:
         raise ValueError(f"not a {SCHEMA} document")
     state = State()
     kinds = {"boot_id": str, "kernel_uptime_s": (int, float, type(None)), "open_events": list,
-             "counters": dict, "counters_at": (int, float, type(None)), "last_run": dict}
+             "counters": dict, "counters_at": (int, float, type(None)), "last_run": dict, "policy_runs": dict}
     for name, kind in kinds.items():
         if name in data:
             if not isinstance(data[name], kind) or isinstance(data[name], bool):
@@ -73,11 +76,41 @@ def parse(text: str) -> State:
     for mode, when in state.last_run.items():
         state.last_run[mode] = _seconds(f"last_run.{mode}", when)
     for check_id, counters in state.counters.items():
-        if not isinstance(counters, dict):
-            raise ValueError(f"counters.{check_id} is {type(counters).__name__}")
-        for name, count in counters.items():
-            _count(f"counters.{check_id}.{name}", count)
+        _counters(f"counters.{check_id}", counters, COUNTER_LEVELS)
+    for mode, runs in state.policy_runs.items():
+        if not isinstance(runs, dict):
+            raise ValueError(f"policy_runs.{mode} is {type(runs).__name__}")
+        for check_id, entry in runs.items():
+            _policy_count(f"policy_runs.{mode}.{check_id}", entry)
     return state
+
+
+# A check's counters as its result's details hold them: IB {counter: count}, NVLink {link: {counter: count}}.
+COUNTER_LEVELS = 2
+MAX_RUNS = 1 << 31
+
+
+def _counters(name: str, counters: object, levels: int) -> None:
+    if not isinstance(counters, dict):
+        raise ValueError(f"{name} is {type(counters).__name__}")
+    for key, value in counters.items():
+        if isinstance(value, dict) and levels > 1:
+            _counters(f"{name}.{key}", value, levels - 1)
+        else:
+            _count(f"{name}.{key}", value)
+
+
+def _policy_count(name: str, entry: object) -> None:
+    """[runs, last failing run (Unix time), recovery window (s)], each bounded."""
+    if not (isinstance(entry, list) and len(entry) == 3):
+        raise ValueError(f"{name} is not [runs, last failing run, recovery window]: {str(entry)[:40]}")
+    runs, failed_at, window = entry
+    if isinstance(runs, bool) or not isinstance(runs, int) or not 0 < runs < MAX_RUNS:
+        raise ValueError(f"{name} runs is not a count: {str(runs)[:40]}")
+    entry[1] = _seconds(f"{name} last failing run", failed_at)
+    entry[2] = _seconds(f"{name} recovery window", window)
+    if entry[1] is None or entry[2] is None:
+        raise ValueError(f"{name} has no time")
 
 
 def _seconds(name: str, value: object) -> Optional[float]:
