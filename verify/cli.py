@@ -20,7 +20,7 @@ from verify import __version__
 from verify.result import EXIT_CODES_HELP, EXIT_INTERNAL_ERROR
 
 FORMATS = ("json", "md", "html", "junit", "prom")
-VERBS = ("verify", "report", "baseline", "bench", "history", "ack", "check", "profiles", "spec")
+VERBS = ("verify", "report", "baseline", "bench", "history", "ack", "check", "profiles", "spec", "compare", "fix")
 
 
 def verb_of(argv: Sequence[str]) -> Optional[str]:
@@ -65,6 +65,14 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
         from verify.scheduler.cli import add_parser as add_check_parser
 
         add_check_parser(sub)
+    if wanted("compare"):
+        from verify.fleet.compare import add_parser as add_compare_parser
+
+        add_compare_parser(sub)
+    if wanted("fix"):
+        from verify.fleet.fix import add_parser as add_fix_parser
+
+        add_fix_parser(sub)
     if wanted("profiles"):
         sub.add_parser("profiles", help="list the shipped hardware profiles")
     if wanted("spec"):
@@ -231,6 +239,10 @@ def dispatch(args: argparse.Namespace) -> int:
         from verify.history.ack import main as run
     elif args.command == "check":
         from verify.scheduler.cli import main as run
+    elif args.command == "fix":
+        from verify.fleet.fix import main as run
+    elif args.command == "compare":
+        from verify.fleet.compare import main as run
     else:
         from verify.local_run import spec_main as run
     if args.command not in ("verify", "bench"):
