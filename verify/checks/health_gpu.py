@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Optional
 
-from verify.checks.common import result, skip
+from verify.checks.common import error, result, skip
 from verify.checks.health_common import CHECK_COOLING, PREVIOUS_COUNTERS, REBOOT, RESEAT, ROLE, profile, threshold
-from verify.facts import health_smi
+from verify.facts import health_smi, smi_failure
 from verify.facts.pci import driver_reason, nvidia_gpus_on_bus, short_bdf
 from verify.judging import clock_reasons, verdicts
 from verify.judging.thresholds import Threshold
@@ -27,46 +27,93 @@ def _worst(findings: list) -> Status:
     return max((status for status, _, _ in findings), key=_WORST.get, default=Status.PASS)
 
 
+# A clocks finding's status -> its class: a slowdown the hardware forced or a GPU at its thermal limit needs the
+# node out and its cooling or power feed serviced (hardware service: drain-rma); a warning is watched.
+_CLOCKS_ACTION = {Status.FAIL: verdicts.DRAIN_RMA, Status.WARN: verdicts.WATCH, Status.PASS: verdicts.OK}
+
+
 def _verdict(check_id: str, gpu, findings: list, passed: str, details: dict):
-    """One result per GPU: the worst finding sets the status, every finding is in the reason."""
+    """One result per GPU: the worst finding sets the status and the action class, every finding is in the
+    reason."""
     status = _worst(findings)
     if status is Status.PASS:
         return result(check_id, ROLE, Status.PASS, "healthy", passed, details=details)
+    details = dict(details, **{verdicts.ACTION_KEY: _CLOCKS_ACTION[status]})
     bad = [f for f in findings if f[0] is status]
     reason = f"{gpu.label}: " + "; ".join(text for _, text, _ in findings)
     return result(check_id, ROLE, status, "healthy", "; ".join(text for _, text, _ in bad), reason,
                   details=details, fix=bad[0][2].format(index=gpu.index, what=gpu.label))
 
 
-# ---- presence --------------------------------------------------------------------------------------
+# ---- presence ----------------------------------------------------------------------------------------
 
-def judge_presence(on_bus: list, listed, expected, reason: str):
-    """on_bus: sysfs addresses of NVIDIA GPUs; listed: the driver's bus ids (None: not readable)."""
+def _answer_findings(failures, gpus, on_bus: list, want) -> list:
+    """(action, text) for what nvidia-smi said of the GPUs: its failure forms (verify.facts.smi_failure, each
+    with its class) and the GPUs whose readings it printed as errors (ERR!, Unknown Error, GPU is lost)."""
+    findings = []
+    for failure in failures:
+        if failure.action is None or failure.needs_gpus_on_bus and not on_bus and not want:
+            continue  # could not check (said apart), or "no GPU" where the bus shows none: nothing is lost
+        findings.append((failure.action, failure.said()))
+    for gpu in gpus:
+        errors = gpu.errors()
+        if not errors:
+            continue
+        printed = ", ".join(f"{name} {error!r}" for name, error in sorted(errors.items()))
+        if set(errors.values()) & set(smi_failure.GPU_GONE_VALUES):
+            findings.append((verdicts.REBOOT, f"{gpu.label} is unusable until reset or reboot ({printed})"))
+        elif not gpu.answers():
+            findings.append((verdicts.REBOOT, f"{gpu.label} answers no reading ({printed}): the driver cannot "
+                                              "reach it"))
+        else:
+            # one reading printed ERR! while the rest read (Azure/azhpc-diagnostics#77: power ERR! passed)
+            findings.append((verdicts.WATCH, f"{gpu.label}: nvidia-smi could not read {printed}; the GPU answers "
+                                             "its other readings"))
+    return findings
+
+
+def judge_presence(on_bus: list, listed, expected, reason: str, failures=(), gpus=(), unreadable: str = ""):
+    """on_bus: sysfs addresses of NVIDIA GPUs; listed: the driver's bus ids (None: not readable); failures:
+    nvidia-smi's failure forms seen; gpus: the readings (their ERR! fields); unreadable: an output present but
+    not readable ("could not read ...": ERROR, unless a fault was found anyway)."""
     check_id = "health.gpu.presence"
     details = {"on_pci_bus": on_bus, "driver_lists": listed, "expected_source": getattr(expected, "source", None)}
     want = int(expected.limit) if expected else None
-    if listed is None:
-        if not on_bus and want is None:
-            return skip(check_id, ROLE, f"no NVIDIA GPU on the PCI bus and no expected count ({reason})")
-        count, seen = len(on_bus), "on the PCI bus"
-    else:
-        count, seen = len(listed), "listed by the driver"
+    findings = _answer_findings(failures, gpus, on_bus, want)
+    if listed is not None and not unreadable:  # a cut paste does not list what it cut: that GPU is not lost
         lost = sorted(set(on_bus) - set(listed))
         if lost:
-            return result(check_id, ROLE, Status.FAIL, want or len(on_bus), count,
-                          f"GPU(s) at {', '.join(lost)} on the PCI bus but not listed by the driver "
-                          "(fell off the bus or failed to initialise; see the Xid check)",
-                          details=details, fix=REBOOT + "; " + RESEAT.format(what=", ".join(lost)))
-    if want is not None and count < want:
-        return result(check_id, ROLE, Status.FAIL, want, count, f"{count} of {want} expected GPUs {seen}",
-                      details=details, fix=RESEAT.format(what="the missing GPU(s)"))
+            findings.insert(0, (verdicts.REBOOT, f"GPU(s) at {', '.join(lost)} on the PCI bus but not listed by the "
+                                                 "driver (fell off the bus or failed to initialise; see the Xid "
+                                                 "check)"))
+    count, seen = (len(on_bus), "on the PCI bus") if listed is None else (len(listed), "listed by the driver")
+    if want is not None and count < want and not unreadable:
+        findings.append((verdicts.DRAIN_RMA, f"{count} of {want} expected GPUs {seen}"))
+    action = verdicts.worst(a for a, _ in findings)
+    if verdicts.status_of(action) is Status.FAIL:
+        bad = [text for a, text in findings if a == action]
+        fix = RESEAT.format(what="the missing GPU(s)") if action == verdicts.DRAIN_RMA else \
+            REBOOT + "; " + RESEAT.format(what=", ".join(sorted(set(on_bus) - set(listed or on_bus))) or "the GPU")
+        return result(check_id, ROLE, Status.FAIL, want or len(on_bus), count, "; ".join(bad),
+                      details=dict(details, **{verdicts.ACTION_KEY: action, "findings": [t for _, t in findings]}),
+                      fix=fix)
+    if unreadable:
+        return error(check_id, ROLE, unreadable, want or len(on_bus) or None)
+    if listed is None and not on_bus and want is None:
+        return skip(check_id, ROLE, f"no NVIDIA GPU on the PCI bus and no expected count ({reason})")
     if listed is None and on_bus:
         return result(check_id, ROLE, Status.WARN, want or len(on_bus), count,
-                      f"{count} GPU(s) {seen}, their driver state unreadable: {reason}", details=details,
+                      f"{count} GPU(s) {seen}, their driver state unreadable: {reason}",
+                      details=dict(details, **{verdicts.ACTION_KEY: verdicts.WATCH}),
                       fix="load the NVIDIA driver (or run verify on the live node) to judge the GPUs")
+    if findings:
+        return result(check_id, ROLE, Status.WARN, want or count, count, "; ".join(t for _, t in findings),
+                      details=dict(details, **{verdicts.ACTION_KEY: action}),
+                      fix=verdicts.remedy(action, "", "the GPU"))
     if want is not None and count > want:
         return result(check_id, ROLE, Status.WARN, want, count, f"{count} GPUs {seen}, the profile expects {want}",
-                      details=details, fix="check the node's hardware profile (verify_profile / gpu_count)")
+                      details=dict(details, **{verdicts.ACTION_KEY: verdicts.WATCH}),
+                      fix="check the node's hardware profile (verify_profile / gpu_count)")
     return result(check_id, ROLE, Status.PASS, want or count, count, f"{count} GPU(s) {seen}", details=details)
 
 
@@ -76,15 +123,19 @@ def run_presence(spec: dict, node: Node) -> list:
     derived = Threshold(limit=chosen["gpu_count"], source=f"profile {chosen['name']} gpu_count") if chosen else None
     expected = threshold("gpu_count", spec, node, derived)
     reason = driver_reason(node)
-    listed = None
-    if not reason:
-        gpus, reason = health_smi.query(node)
-        listed = None if reason else [short_bdf(gpu.bus_id) for gpu in gpus]
-    if reason and on_bus and node.exists("/proc/driver/nvidia/version") and node.is_live:
+    if reason:
+        return [judge_presence(on_bus, None, expected, reason)]
+    found = health_smi.reading(node)
+    listed = [short_bdf(gpu.bus_id) for gpu in found.gpus] if found.gpus or not (found.why() or found.failures) \
+        else None
+    could_not = [f.said() for f in found.failures if f.action is None]
+    unreadable = found.unreadable or (f"could not check: nvidia-smi: {'; '.join(could_not)}"
+                                      if could_not and not found.gpus else "")
+    if listed is None and on_bus and not found.failures and not unreadable:
         return [result("health.gpu.presence", ROLE, Status.FAIL, len(on_bus), 0,
-                       f"{len(on_bus)} GPU(s) on the PCI bus but the driver answers nothing: {reason}",
-                       details={"on_pci_bus": on_bus}, fix=REBOOT)]
-    return [judge_presence(on_bus, listed, expected, reason)]
+                       f"{len(on_bus)} GPU(s) on the PCI bus but the driver answers nothing: {found.why()}",
+                       details={"on_pci_bus": on_bus, verdicts.ACTION_KEY: verdicts.REBOOT}, fix=REBOOT)]
+    return [judge_presence(on_bus, listed, expected, found.why(), found.failures, found.gpus, unreadable)]
 
 
 # ---- memory errors ---------------------------------------------------------------------------------
@@ -227,10 +278,15 @@ def judge_clocks(gpu, margin: Threshold):
 
 def _each_gpu(check: str, node: Node, judge) -> list:
     reason = driver_reason(node)
-    gpus, reason = ([], reason) if reason else health_smi.query(node)
-    if reason or not gpus:
-        return [skip(f"health.gpu.{check}", ROLE, reason or "nvidia-smi lists no GPU")]
-    return [judge(gpu) for gpu in gpus]
+    if reason:
+        return [skip(f"health.gpu.{check}", ROLE, reason)]
+    found = health_smi.reading(node)
+    if found.unreadable and not found.gpus and not any(f.action for f in found.failures):
+        return [error(f"health.gpu.{check}", ROLE, found.unreadable)]
+    if not found.gpus:
+        lost = " (health.gpu.presence judges it)" if found.failures else ""
+        return [skip(f"health.gpu.{check}", ROLE, (found.why() or "nvidia-smi lists no GPU") + lost)]
+    return [judge(gpu) for gpu in found.gpus]
 
 
 def run_memory(spec: dict, node: Node) -> list:

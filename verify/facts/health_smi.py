@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional
 
-from verify.facts import smi_q
+from verify.facts import smi_failure, smi_q, smi_table
 from verify.node import Node
 
 FIELDS = (
@@ -36,7 +36,12 @@ SRAM_THRESHOLD = "ecc.sram_threshold_exceeded"  # from nvidia-smi -q only (verif
 # ECC mode and counters, retired pages, remapped rows, the SRAM split and its RMA flag
 MEMORY_FIELDS = FIELDS[3:10] + SPLIT_ECC_FIELDS + (SRAM_THRESHOLD,)
 _INVALID = re.compile(r'Field "([^"]+)" is not a valid field to query')
-_NOT_A_VALUE = ("n/a", "[n/a]", "[not supported]", "not supported", "[unknown error]", "")
+_NOT_A_VALUE = ("n/a", "[n/a]", "[not supported]", "not supported", "")
+# What the driver says of each GPU in the default table, when neither the CSV nor `-q` was read.
+TABLE_ARGV = ["nvidia-smi"]
+# Readings every GPU gives whatever its model: one of them read means the GPU answers.
+LIVE_FIELDS = ("temperature.gpu", "power.draw", "memory.used", "ecc.mode.current", "pstate")
+READING = "health_smi_reading"  # node.memo key of the whole SmiReading (the tuple stays under "health_smi")
 
 
 class HealthParseError(ValueError):
@@ -51,9 +56,21 @@ class GpuHealth:
     fields: dict = field(default_factory=dict)  # field name -> text as nvidia-smi printed it (units removed)
 
     def text(self, name: str) -> Optional[str]:
-        """The value, or None when the driver does not report it (N/A, [Not Supported], not asked)."""
+        """The value, or None when the driver does not report it (N/A, [Not Supported], not asked) or could not
+        read it (ERR!, [Unknown Error]: see errors())."""
         value = self.fields.get(name)
-        return None if value is None or value.strip().lower() in _NOT_A_VALUE else value.strip()
+        if value is None or value.strip().lower() in _NOT_A_VALUE or smi_failure.error_value(value):
+            return None
+        return value.strip()
+
+    def errors(self) -> dict:
+        """field -> the error nvidia-smi printed in place of its reading ('err!', 'unknown error', 'gpu is lost')."""
+        return {name: smi_failure.error_value(value) for name, value in self.fields.items()
+                if smi_failure.error_value(value)}
+
+    def answers(self) -> bool:
+        """Whether any reading every GPU gives could be read (a GPU that answers none is not reachable)."""
+        return any(self.text(name) is not None for name in LIVE_FIELDS)
 
     def number(self, name: str) -> Optional[float]:
         value = self.text(name)
@@ -149,36 +166,131 @@ def parse(text: str) -> list:
     return gpus
 
 
+@dataclass
+class SmiReading:
+    """Everything nvidia-smi said about the GPUs in one run: the GPUs read, and what stopped the rest."""
+    gpus: list
+    reason: str = ""  # why no GPU could be read where nothing failed (not installed, no driver, --root)
+    failures: list = field(default_factory=list)  # smi_failure.Failure in any output asked
+    unreadable: str = ""  # "could not read <input>: why": an output present but not readable (ERROR, never PASS)
+    source: str = ""  # the command whose output gave the GPUs
+
+    def why(self) -> str:
+        """The one line the checks say when there are no GPUs to judge."""
+        if self.gpus:
+            return ""
+        said = "; ".join(f.said() for f in self.failures)
+        return "; ".join(part for part in (said and f"nvidia-smi: {said}", self.unreadable) if part) or self.reason
+
+
+def read_any(text: str, what: str) -> tuple:
+    """([GpuHealth], unreadable) from whichever form an nvidia-smi output holds: `-q` blocks, the default table,
+    or --query-gpu CSV; what names the command for the message. Failure lines (smi_failure) are not GPU rows."""
+    blocks = smi_q.parse(text)
+    if blocks or smi_q.looks_like_q(text) and not _said_no_gpu(text) and not _lost(text):
+        why = smi_q.unreadable(text, blocks, _lost(text))
+        return from_smi_q(text), f"could not read {what} (nvidia-smi -q form): {why}" if why else ""
+    if smi_table.looks_like_table(text):
+        table = smi_table.parse(text)
+        gpus = [GpuHealth(g.index, g.bus_id, g.name, dict(g.fields, **{"index": str(g.index), "pci.bus_id": g.bus_id,
+                                                                       "name": g.name})) for g in table.gpus]
+        if gpus or _lost(text) or _said_no_gpu(text):
+            return gpus, ""
+        return [], f"could not read {what} (nvidia-smi table form): {table.box_lines} table line(s), no GPU row"
+    # a failure message is a line of its own (no comma); a CSV row may hold "[Insufficient Permissions]" cells
+    rows = "\n".join(line for line in text.splitlines() if "," in line or not smi_failure.classify(line, "", 0))
+    if not rows.strip():
+        return [], "" if _lost(text) or _said_no_gpu(text) or smi_failure.classify(text, "", 0) else \
+            f"could not read {what}: it printed nothing"
+    try:
+        return parse(rows), ""
+    except HealthParseError as exc:
+        usage = " (it printed its usage)" if smi_failure.printed_usage(text) else ""
+        return [], f"could not read {what}{usage}: {exc}"
+
+
+def _lost(text: str) -> int:
+    return sum(1 for f in smi_failure.classify(text, "", 0) if f.bus_id)
+
+
+def _said_no_gpu(text: str) -> bool:
+    return any(f.form in ("no-devices", "driver-unreachable", "version-mismatch", "nvml-init")
+               for f in smi_failure.classify(text, "", 0))
+
+
 def query(node: Node) -> tuple:
-    """(gpus, reason): the readings, or [] and why none could be had. Memoised for the run. Where the CSV
-    query is not answered (an old driver, or a capture of `nvidia-smi -q` alone through --inject), the
-    same readings come from `nvidia-smi -q`."""
-    if "health_smi" in node.memo:
-        return node.memo["health_smi"]
-    gpus, reason = _query_csv(node)
-    if gpus:
-        gpus = _with_sram_threshold(node, gpus)
-    elif reason:
-        out = node.run(Q_ARGV, timeout_s=60.0)
-        from_q = from_smi_q(out.stdout) if out.ok else []
-        if from_q:
-            gpus, reason = from_q, ""
-    node.memo["health_smi"] = answer = (gpus, reason)
-    return answer
+    """(gpus, reason): the readings, or [] and why none could be had. Memoised for the run (the scheduler's
+    NVML reading primes it). Where the CSV query gives no GPU (an old driver, a failure, a capture of another
+    form through --inject) `nvidia-smi -q` is asked, then the default table; each output is read in whatever
+    form it holds and classified for nvidia-smi's failure forms (reading() keeps them)."""
+    if "health_smi" not in node.memo:
+        reading(node)
+    return node.memo["health_smi"]
+
+
+def reading(node: Node) -> SmiReading:
+    """The whole reading: GPUs, failures, what could not be read (memoised with query())."""
+    if READING in node.memo:
+        return node.memo[READING]
+    if "health_smi" in node.memo:  # primed from NVML (verify.scheduler.nvml_facts)
+        gpus, reason = node.memo["health_smi"]
+        return SmiReading(list(gpus), reason, source="nvml")
+    found = _read(node)
+    if found.gpus and found.source == "csv":
+        found.gpus = _with_sram_threshold(node, found.gpus)
+    node.memo[READING] = found
+    node.memo["health_smi"] = (found.gpus, found.why())
+    return found
+
+
+def _read(node: Node) -> SmiReading:
+    found = SmiReading([])
+    gpus, found.reason, out = _query_csv(node)
+    present = []  # (what, output) of every command that answered
+    if out is not None:
+        present.append(("nvidia-smi --query-gpu", out))
+    if not gpus:
+        for argv, what in ((Q_ARGV, "nvidia-smi -q"), (TABLE_ARGV, "nvidia-smi")):
+            answer = node.run(argv, timeout_s=60.0)
+            if answer.missing:
+                continue
+            present.append((what, answer))
+            gpus, _ = read_any(answer.stdout, what)
+            if gpus:
+                found.source = what
+                break
+    else:
+        found.source = "csv"
+    unreadable = []
+    for what, answer in present:
+        found.failures += [f for f in smi_failure.classify(answer.stdout, answer.stderr, answer.returncode)
+                           if f not in found.failures and not _INVALID.search(f.detail or "")]
+        if answer.stdout.strip() or answer.returncode == 0:
+            _, why = read_any(answer.stdout, what)
+            if why and (what == found.source or not gpus):
+                unreadable.append(why)
+    if gpus or not found.failures:
+        found.unreadable = next(iter(unreadable), "")
+    found.gpus = gpus
+    if present and not gpus and not found.failures and not found.unreadable:
+        found.reason = found.reason or "nvidia-smi lists no GPU"
+    return found
 
 
 def _query_csv(node: Node) -> tuple:
-    fields, invalid = list(FIELDS), None
+    """(gpus, reason, output): the CSV query's GPUs, why none, and the last output (None: not installed)."""
+    fields, invalid, out = list(FIELDS), None, None
     for _ in range(8):  # at most seven unknown fields dropped (drivers older than R535)
         out = node.run(argv(fields), timeout_s=20.0)
         if out.missing:
-            return [], "nvidia-smi is not installed"
+            return [], "nvidia-smi is not installed", None
         invalid = _INVALID.search(out.stdout + out.stderr)
         if invalid and invalid.group(1) in fields and invalid.group(1) not in REQUIRED:
             fields.remove(invalid.group(1))
             continue
         if not out.ok:
             message = (out.stderr.strip() or out.stdout.strip() or f"exit {out.returncode}").splitlines()[0]
-            return [], f"nvidia-smi failed: {message[:160]}"
-        return parse(out.stdout), ""
-    return [], f"nvidia-smi rejected the health fields (last: {invalid.group(1) if invalid else '?'})"
+            return [], f"nvidia-smi failed: {message[:160]}", out
+        gpus, _ = read_any(out.stdout, "nvidia-smi --query-gpu")
+        return gpus, "", out
+    return [], f"nvidia-smi rejected the health fields (last: {invalid.group(1) if invalid else '?'})", out

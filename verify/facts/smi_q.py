@@ -137,3 +137,40 @@ def health_fields(gpu: SmiQGpu) -> dict:
                 fields[f"ecc.errors.uncorrected.{scope}.total"] = _text(old)
     fields.setdefault("name", "")
     return fields
+
+
+_ATTACHED = re.compile(r"^Attached GPUs\s*:\s*(\d{1,4})\s*$", re.M)
+_FIELD_LINE = re.compile(r"^\s+\S[^:]*?\s:\s")
+
+
+def unreadable(text: str, gpus: list, lost: int = 0) -> str:
+    """Why a present `nvidia-smi -q` text cannot be judged as a whole, or '' when it can: no "GPU <bus id>" block
+    (a paste without its header, a foreign text), fewer blocks than its own "Attached GPUs" line counts (cut
+    short; `lost` GPUs that nvidia-smi reported it could not reach are not missing), a block with no reading, or
+    a last block with under half the readings of the first (cut mid-GPU)."""
+    if not (text or "").strip():
+        return "it printed nothing"
+    attached = _ATTACHED.search(text)
+    if not gpus:
+        if attached and int(attached.group(1)) == 0:
+            return ""
+        fields = sum(1 for line in text.splitlines()[:MAX_LINES] if _FIELD_LINE.match(line))
+        if fields:
+            return f"{fields} field line(s) but no 'GPU <bus id>' line they belong to (a cut or edited paste)"
+        return "no 'GPU <bus id>' block: not nvidia-smi -q output"
+    if attached and len(gpus) + lost < int(attached.group(1)):
+        return f"'Attached GPUs : {attached.group(1)}' but {len(gpus)} GPU block(s) printed (cut short)"
+    empty = [gpu.bus_id for gpu in gpus if not gpu.values]
+    if empty:
+        return f"GPU {empty[0]} block holds no reading"
+    if len(gpus) > 1 and len(gpus[-1].values) * 2 < len(gpus[0].values):
+        return (f"the last GPU block ({gpus[-1].bus_id}) holds {len(gpus[-1].values)} readings, the first "
+                f"{len(gpus[0].values)} (cut short)")
+    return ""
+
+
+def looks_like_q(text: str) -> bool:
+    """Whether a text is `nvidia-smi -q` output, whole or in part: its log banner, or indented "Key : value"
+    lines (a paste that lost its "GPU <bus id>" line)."""
+    lines = (text or "").splitlines()[:MAX_LINES]
+    return any("NVSMI LOG" in line for line in lines[:20]) or sum(1 for line in lines if _FIELD_LINE.match(line)) >= 2
