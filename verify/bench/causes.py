@@ -172,3 +172,23 @@ def _inventory(node) -> list:
         return query_gpus(node).gpus
     except ValueError:
         return []
+
+
+# Cause classes a judge names outside explain(), by key (details["cause"]["class"]): what it is, the action
+# class, what the action is about. A new one is a row here (verify.judging.remedies maps each to its remedy).
+CAUSE_CLASSES = {
+    # verify.bench.nccl_transport: a cross-node figure that rode NCCL's socket transport where the desired state
+    # expects RDMA (gpu_rdma_expected). NCCL falls back to sockets when its IB plugin finds no usable HCA or
+    # port ("NET/IB : No device found.", nccl#958), and stages through host memory without GPUDirect RDMA.
+    "nccl-socket-not-rdma": (
+        "NCCL took its TCP socket transport between nodes where RDMA is expected", verdicts.FIX_CONFIG,
+        "the RDMA path: nvidia_peermem loaded or DMA-BUF (gpu_nvidia_peermem), the HCAs NCCL may use "
+        "(NCCL_IB_HCA) and on RoCE the GID index (NCCL_IB_GID_INDEX) in gpu_nccl_conf"),
+}
+
+
+def name_cause(row: CheckResult, key: str, evidence: str, status: Optional[Status] = None) -> None:
+    """Set the cause class `key` of CAUSE_CLASSES on `row` (in place), with its action and remediation."""
+    what, action, about = CAUSE_CLASSES[key]
+    _set(row, what, evidence, action, about, status)
+    row.details["cause"]["class"] = key

@@ -21,9 +21,21 @@ _RANK = re.compile(
 )
 _VERSION = re.compile(r"^#\s*nccl-tests version\s+(\S+)\s+nccl-headers=(\d+)\s+nccl-library=(\d+)")
 # "Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM" (a process per rank); "Channel 00 : 0[0] -> 1[1] via SHM/direct/direct"
-# (every rank in one process, torch.cuda.nccl: NCCL 2.28.9 on 4x H200, tests/fixtures/bench/README.md).
-_CHANNEL = re.compile(r"Channel\s+\d+(?:/\d+)?\s*:\s*\d+\[[^\]]*\]\s*->\s*\d+\[[^\]]*\]\s*(?:\[\w+\]\s*)?"
-                      r"via\s+(.+?)\s*$")
+# (every rank in one process, torch.cuda.nccl: NCCL 2.28.9 on 4x H200, tests/fixtures/bench/README.md); "Channel
+# 00/0 : 0[0] -> 1[0] [send] via NET/Socket/0" across nodes, the rank's GPU as a bus id ("1[2a000]") before 2.19,
+# and NCCL 2.4's "Ring 00 : 43 -> 44 [receive] via NET/Socket/0" (tests/fixtures/nccl_transport/README.md).
+_CHANNEL = re.compile(r"^(?:Channel|Ring)\s+\d+(?:/\d+)?\s*:\s*\d+(?:\[[^\]]*\])?\s*->\s*\d+(?:\[[^\]]*\])?\s*"
+                      r"(?:\[\w+\]\s*)?via\s+(\S.*?)\s*$", re.ASCII)
+# The NET plugin a communicator got: "Using network Socket" (every version), "Initialized NET plugin Socket" and
+# "Assigned NET plugin Socket to comm" (2.26 and later); "Failed to initialize NET plugin IB" names one it did not.
+_NETWORK = re.compile(r"^(?:Using network|Initialized NET plugin|Assigned NET plugin)\s+(\S.*?)(?:\s+to comm)?\s*$")
+# A NET plugin's devices: "NET/IB : Using [0]mlx5_0:1/RoCE [1]mlx5_1:1/IB/SHARP [RO]; OOB eth0:10.0.0.1<0>",
+# "NET/Socket : Using [0]lo:127.0.0.1<0> [1]veth0:fe80::1%veth0<0>", merged NICs (2.19 and later)
+# "[0]={[0] mlx5_2:1/RoCE, [1] mlx5_3:1/RoCE}"; "NET/IB : No device found."
+_NET_USING = re.compile(r"^NET/([^:/\s]+)\s*:\s*Using\b(.*)$")
+_MERGED_DEVICE = re.compile(r"\[(\d{1,4})\]=\{([^}]*)\}", re.ASCII)
+_DEVICE = re.compile(r"\[(\d{1,4})\]\s*([^\s\[\]{},;]+)", re.ASCII)
+_NET_ABSENT = re.compile(r"^(NET/\S+\s*:\s*No device found\.?|Failed to (?:initialize|load) NET plugin\s+\S.*)$")
 _NCCL_VERSION = re.compile(r"NCCL version\s+([\d.]+)")
 
 
@@ -143,6 +155,12 @@ class NcclTransport:
     nvls: Optional[bool] = None
     nccl_version: Optional[str] = None
     info_lines: int = 0
+    # Each NET plugin's devices by index, as NCCL listed them: {"IB": {0: "mlx5_0:1/RoCE"}, "Socket": {0: "lo"}}.
+    net_devices: dict = field(default_factory=dict)
+    # What NCCL said it could not use ("NET/IB : No device found.", "Failed to initialize NET plugin IB").
+    net_absent: list = field(default_factory=list)
+    # Channel lines that could not be read (counted, never skipped in silence).
+    unplaced: int = 0
 
     @property
     def kinds(self) -> list:
@@ -173,7 +191,37 @@ class NcclTransport:
             "nvls": self.nvls,
             "nccl_version": self.nccl_version,
             "info_lines": self.info_lines,
+            "net_devices": {plugin: {str(i): name for i, name in devices.items()}
+                            for plugin, devices in self.net_devices.items()},
+            "net_absent": self.net_absent,
+            "unplaced": self.unplaced,
         }
+
+
+def message_body(line: str) -> Optional[str]:
+    """The text after NCCL's "NCCL INFO " marker, whatever wraps it: NCCL's own "host:pid:tid [dev]", a
+    timestamp, a launcher's "[rank0]:", "[default0]:", "0: " or "[1,0]<stdout>:". The last marker counts: two
+    processes writing one stream can glue a cut record before a whole one. None: no INFO record."""
+    if "NCCL INFO" not in line:
+        return None
+    return line.rsplit("NCCL INFO", 1)[1].strip()
+
+
+def _devices(listed: str) -> dict:
+    """{index: device} from a "NET/<plugin> : Using ..." list: an HCA port as NCCL names it ("mlx5_0:1/RoCE"),
+    a netdev by name ("lo" from "lo:127.0.0.1<0>"), merged NICs joined with "+"."""
+    listed = listed.split("; OOB", 1)[0]
+    found = {}
+    for index, members in _MERGED_DEVICE.findall(listed):
+        found[int(index)] = "+".join(_device_name(name) for _, name in _DEVICE.findall(members))
+    for index, name in _DEVICE.findall(_MERGED_DEVICE.sub(" ", listed)):
+        found.setdefault(int(index), _device_name(name))
+    return found
+
+
+def _device_name(text: str) -> str:
+    # A socket device is "ifname:address<port>"; an HCA port "mlx5_0:1/RoCE" keeps its port and link layer.
+    return text if "/" in text else text.split(":", 1)[0]
 
 
 def parse_nccl_debug(text: str) -> NcclTransport:
@@ -182,22 +230,34 @@ def parse_nccl_debug(text: str) -> NcclTransport:
     for raw in text.splitlines():
         if "NCCL INFO" not in raw and "NCCL version" not in raw:
             continue
-        line = raw.split("NCCL INFO", 1)[-1].strip()
+        line = message_body(raw) or ""
         found.info_lines += 1
         version = _NCCL_VERSION.search(raw)
         if version and found.nccl_version is None:
             found.nccl_version = version.group(1)
-        channel = _CHANNEL.search(line)
+        channel = _CHANNEL.match(line)
         if channel:
             path = channel.group(1).rstrip(",")
             found.paths[path] = found.paths.get(path, 0) + 1
             if path.startswith("NET/") and "GDRDMA" in path:
                 found.gdr = True
             continue
-        using = re.search(r"Using network (\w+)", line)
-        if using and using.group(1) not in found.networks:
-            found.networks.append(using.group(1))
+        if line.startswith(("Channel ", "Ring ")) and re.search(r"\bvia\b", line):
+            found.unplaced += 1
             continue
+        using = _NETWORK.match(line)
+        if using:
+            if using.group(1) not in found.networks:
+                found.networks.append(using.group(1))
+            continue
+        listed = _NET_USING.match(line)
+        if listed:
+            devices = _devices(listed.group(2))
+            if devices:
+                found.net_devices.setdefault(listed.group(1), {}).update(devices)
+        absent = _NET_ABSENT.match(line)
+        if absent and absent.group(1) not in found.net_absent:
+            found.net_absent.append(absent.group(1))
         # Only the IB transport's GDR line matters; the socket plugin always says "Disabled".
         if "NET/IB" in line and "GPU Direct RDMA Enabled" in line:
             found.gdr = True
