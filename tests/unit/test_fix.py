@@ -1,0 +1,215 @@
+"""`tunefleet fix` (verify.fleet.fix): plans per host the roles whose remedy removes a finding, runs only those
+tags on only those hosts (check mode unless --apply), leaves hardware findings alone, refuses old or foreign run
+directories. Ansible is replaced by a player that records what it was asked and answers with events; the run
+directories are real node reports of the real checks over a fake tree."""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import socket
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.helpers.fake_node import FakeTree, desired_state
+from verify import checks
+from verify.fleet import fix
+from verify.judging import remedies, verdicts
+from verify.report import build_report
+from verify.result import CheckResult, Status
+
+
+def _report(tmp_path, host: str, clean: bool = False, hardware: bool = False, when: str = "") -> dict:
+    spec = desired_state()
+    results = checks.run_checks(spec, FakeTree(tmp_path / f"tree-{host}").nic("ens1", mtu=1500).node(),
+                                names=["network.mtu", "limits", "cpu.governor"])
+    if hardware:
+        results.append(CheckResult("health.gpu.xid.0000:3b:00.0", "health", Status.FAIL, None, "Xid 79",
+                                   "GPU 0 fell off the bus", verdicts.WORDS[verdicts.REBOOT],
+                                   {verdicts.ACTION_KEY: verdicts.REBOOT}))
+    if clean:
+        for r in results:
+            r.status = Status.PASS if r.status in (Status.FAIL, Status.WARN) else r.status
+    remedies.attach(results, spec)
+    report = build_report(spec, {"host": host}, results, {"root": "/", "benchmarks": False,
+                                                         "command": "tunefleet verify --local --no-bench"})
+    if when:
+        report["generated_at"] = when
+    return report
+
+
+def _fleet(tmp_path, reports: dict, inventory: str = "") -> str:
+    run = tmp_path / "reports" / "20261207T040000Z-abcd"
+    run.mkdir(parents=True, mode=0o700)
+    (run / "fleet_report.json").write_text("{}")
+    for host, report in reports.items():
+        (run / host).mkdir(mode=0o700)
+        (run / host / "report.json").write_text(json.dumps(report))
+    if inventory:
+        (run / fix.INVENTORY_RECORD).write_text(json.dumps({"inventory": inventory, "hosts": sorted(reports)}))
+    return str(run)
+
+
+def _inventory(tmp_path, hosts) -> str:
+    path = tmp_path / "inventory"
+    path.write_text("[fleet]\n" + "".join(f"{h} ansible_connection=local\n" for h in hosts))
+    return str(path)
+
+
+class Player:
+    """ansible-runner's run, recorded: each call's kwargs; answers with a changed task per role asked."""
+
+    def __init__(self, rc: int = 0):
+        self.calls = []
+        self.rc = rc
+
+    def __call__(self, kwargs, home):
+        self.calls.append(kwargs)
+        for host in kwargs["limit"].split(","):
+            for role in kwargs["tags"].split(","):
+                kwargs["event_handler"]({"event": "runner_on_ok", "event_data": {
+                    "host": host, "role": role, "task": "apply", "res": {"changed": True, "diff": [
+                        {"before_header": f"/etc/{role}", "before": "old", "after": "new"}]}}})
+            kwargs["event_handler"]({"event": "runner_on_ok", "event_data": {
+                "host": host, "role": "preflight", "task": "read", "res": {"changed": False}}})
+        return argparse.Namespace(rc=self.rc, status="successful" if self.rc == 0 else "failed")
+
+
+def _args(directory, **extra):
+    return argparse.Namespace(directory=directory, inventory=extra.get("inventory"), apply=extra.get("apply", False),
+                              max_age=extra.get("max_age", fix.DEFAULT_MAX_AGE), quiet=False)
+
+
+def test_the_plan_names_each_host_s_roles_and_leaves_hardware_alone(tmp_path):
+    run = fix.load_run(_fleet(tmp_path, {"a": _report(tmp_path, "a", hardware=True), "b": _report(tmp_path, "b"),
+                                         "c": _report(tmp_path, "c", clean=True)}))
+    plans = {p.host: p for p in fix.plan(fix.findings_of(run))}
+    assert plans["a"].roles == ["limits", "network"] == plans["b"].roles and plans["c"].roles == []
+    assert [f.check_id for f in plans["a"].apart] == ["health.gpu.xid.0000:3b:00.0"]
+    assert all(f.remedy["kind"] == "role" for f in plans["a"].fixes)
+    assert fix.groups(list(plans.values())) == [(["limits", "network"], ["a", "b"])]
+    lines = fix.render_plan(list(plans.values()), run.path)
+    assert any("a: FAIL health.gpu.xid" in line and "-> [reboot]" in line for line in lines)
+    assert "  c: nothing to fix" in lines
+
+
+def test_check_mode_runs_only_the_planned_tags_on_the_planned_hosts(tmp_path):
+    inventory = _inventory(tmp_path, ["a", "b", "c"])
+    directory = _fleet(tmp_path, {"a": _report(tmp_path, "a"), "c": _report(tmp_path, "c", clean=True)},
+                       os.path.abspath(inventory))
+    player, out = Player(), []
+    assert fix.main(_args(directory), player=player, write=out.append) == 0
+    (call,) = player.calls
+    assert call["limit"] == "a" and call["tags"] == "limits,network" and call["cmdline"] == "--check --diff"
+    assert call["extravars"]["tunefleet_reboot_policy"] == "never" and call["inventory"] == os.path.abspath(inventory)
+    assert "  a: would change: limits 1, network 1, preflight 0" in out
+    assert "check mode: nothing changed; run again with --apply to apply" in out
+    assert not [d for d in os.listdir(os.path.dirname(directory)) if "-fix-" in d]  # nothing re-verified
+
+
+def test_apply_re_verifies_those_hosts_and_writes_before_and_after(tmp_path, monkeypatch):
+    inventory = os.path.abspath(_inventory(tmp_path, ["a", "b"]))
+    directory = _fleet(tmp_path, {"a": _report(tmp_path, "a"), "b": _report(tmp_path, "b", clean=True)}, inventory)
+    asked = []
+
+    def reverify(inv, hosts, out):
+        asked.append((inv, list(hosts)))
+        return 0, _fleet(tmp_path / "after", {"a": _report(tmp_path, "a2", clean=True)})
+
+    monkeypatch.setattr(fix, "reverify_fleet", reverify)
+    out = []
+    assert fix.main(_args(directory, apply=True), player=Player(), write=out.append) == 0
+    assert asked == [(inventory, ["a"])]
+    (made,) = [d for d in os.listdir(os.path.dirname(directory)) if "-fix-" in d]
+    doc = json.loads(Path(os.path.dirname(directory), made, "fix_report.json").read_text())
+    assert doc["changed"] == {"a": {"limits": 1, "network": 1, "preflight": 0}}
+    assert doc["findings"] and {r["after"]["status"] for r in doc["findings"]} == {"PASS"}
+    assert {r["before"]["status"] for r in doc["findings"]} == {"FAIL"}
+    assert any(line.startswith("  a: network.mtu.ens1: FAIL -> PASS") for line in out)
+
+
+def test_a_finding_still_failing_after_the_apply_is_exit_1(tmp_path, monkeypatch):
+    inventory = os.path.abspath(_inventory(tmp_path, ["a"]))
+    directory = _fleet(tmp_path, {"a": _report(tmp_path, "a")}, inventory)
+    monkeypatch.setattr(fix, "reverify_fleet", lambda inv, hosts, out: (1, _fleet(tmp_path / "after", {
+        "a": _report(tmp_path, "a2")})))
+    assert fix.main(_args(directory, apply=True), player=Player(), write=[].append) == 1
+
+
+def test_an_old_run_is_refused_before_anything_runs(tmp_path):
+    old = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=30)).isoformat()
+    directory = _fleet(tmp_path, {"a": _report(tmp_path, "a", when=old)}, "/x/inventory")
+    player, out = Player(), []
+    assert fix.main(_args(directory), player=player, write=out.append) == 2
+    assert "older than --max-age 24h" in out[0] and player.calls == []
+    assert fix.main(_args(directory, max_age="2d"), player=player, write=out.append) == 2  # now: the inventory
+    assert "/x/inventory" in out[-1]
+
+
+def test_a_run_of_another_inventory_is_refused(tmp_path):
+    mine = os.path.abspath(_inventory(tmp_path, ["a"]))
+    directory = _fleet(tmp_path, {"a": _report(tmp_path, "a")}, "/somewhere/else")
+    out = []
+    assert fix.main(_args(directory, inventory=mine), player=Player(), write=out.append) == 2
+    assert "is a run of inventory /somewhere/else, not " + mine in out[0]
+    other = tmp_path / "other"
+    other.mkdir()
+    directory = _fleet(other, {"zz": _report(tmp_path, "zz")})  # recorded nothing: its hosts must be there
+    assert fix.main(_args(directory, inventory=mine), player=Player(), write=out.append) == 2
+    assert "host(s) zz are not in inventory" in out[-1]
+
+
+def test_a_local_run_is_fixed_only_on_its_own_host_with_its_desired_state(tmp_path, monkeypatch):
+    local = tmp_path / "local"
+    local.mkdir(mode=0o700)
+    report = _report(tmp_path, socket.gethostname())
+    (local / "report.json").write_text(json.dumps(report))
+    player, out = Player(), []
+    assert fix.main(_args(str(local)), player=player, write=out.append) == 0
+    (call,) = player.calls
+    assert call["limit"] == socket.gethostname() and call["extravars"]["limits_memlock"] == "unlimited"
+    assert call["extravars"]["network_mtu"] == report["desired_state"]["network"]["mtu"]
+    assert "cpu_governor" not in call["extravars"]  # a role it does not apply gets nothing
+    report["host"] = "elsewhere"
+    (local / "report.json").write_text(json.dumps(report))
+    assert fix.main(_args(str(local)), player=player, write=out.append) == 2 and "not of this host" in out[-1]
+
+
+def test_the_end_of_a_fleet_verify_names_the_fix_command_and_the_hardware_apart(tmp_path):
+    directory = _fleet(tmp_path, {"a": _report(tmp_path, "a", hardware=True), "b": _report(tmp_path, "b"),
+                                  "c": _report(tmp_path, "c", clean=True)})
+    lines = fix.fleet_end_lines(directory, "inv/hosts", ["a", "b", "c"])
+    assert lines[0].startswith("2 host(s) have findings the roles fix (a, b): tunefleet fix " + directory +
+                               " -i inv/hosts")
+    assert lines[1] == "1 host(s) have findings no role fixes (left to you):"
+    assert lines[2].startswith("  a: health.gpu.xid.0000:3b:00.0: [reboot]")
+    recorded = json.loads(Path(directory, fix.INVENTORY_RECORD).read_text())
+    assert recorded == {"inventory": os.path.abspath("inv/hosts"), "hosts": ["a", "b", "c"]}
+
+
+@given(st.one_of(st.integers(-5, 10**6).map(str), st.tuples(st.integers(0, 999), st.sampled_from("smhdxy ")).map(
+    lambda t: f"{t[0]}{t[1]}"), st.text(max_size=6)))
+def test_max_age_takes_every_documented_form_and_names_the_option_otherwise(text):
+    try:
+        seconds = fix.parse_age(text)
+    except ValueError as exc:
+        assert "--max-age" in str(exc)
+        return
+    number, unit = int(text.strip().rstrip("smhd") or 0), text.strip()[-1:]
+    assert seconds == number * {"s": 1, "m": 60, "h": 3600, "d": 86400}.get(unit, 1) and seconds > 0
+
+
+def test_a_run_directory_with_no_reports_is_bad_input(tmp_path):
+    out = []
+    assert fix.main(_args(str(tmp_path)), player=Player(), write=out.append) == 2
+    assert "neither report.json" in out[0]
+
+
+@pytest.mark.parametrize("text", ["0", "-1h", "1w", "soon"])
+def test_bad_max_age_is_refused(text):
+    with pytest.raises(ValueError, match="--max-age"):
+        fix.parse_age(text)

@@ -1,0 +1,509 @@
+"""`tunefleet fix RUN_DIR`: from a verify run's findings to the roles that remove them, on those hosts only.
+
+    tunefleet fix RUN_DIR [-i INVENTORY] [--apply] [--max-age 24h] [--quiet]
+
+Reads the node reports of a fleet run directory (`tunefleet verify -i`) or of a `--local` run (its `--out`),
+and plans per host the smallest set of roles whose remedy removes a finding (verify.judging.remedies: only
+`role` remedies the desired state already holds a value for; a finding that needs an inventory change, a
+reboot, a command or a hardware action is listed apart with it, never "fixed"). It prints the plan, runs
+playbooks/site.yml with those roles' tags, limited to those hosts, in check mode with diff (the default), and
+with `--apply` applies it, re-verifies those hosts only and writes the before/after of every finding it
+addressed (fix_report.json, fix_report.md) in a new directory beside the run directory.
+
+Refused before anything runs (exit 2): a run directory older than --max-age (its oldest node report), a
+fleet run from another inventory than the one it recorded (`inventory.json`, written at the end of
+`tunefleet verify -i`), a host the inventory no longer has, a local run from another host or over --root.
+A local run applies on this host with connection local and the desired state the run was judged against.
+Hosts are grouped by the set of roles they need: one playbook run per group (`--tags a,b --limit h1,h2`),
+`changed` counted per host and role from Ansible's events. Reboots are never made here
+(tunefleet_reboot_policy: never).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import re
+import shlex
+import socket
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+from verify.bounded_load import BoundedLoadError, read_bounded
+from verify.fleet.model import json_loads
+from verify.judging.remedies import ROLE, remedy_of, words
+from verify.result import EXIT_BAD_INPUT, EXIT_COULD_NOT_CHECK, EXIT_FAILED, EXIT_OK
+from verify.safe_io import PRIVATE_FILE, make_unique_dir, open_trusted_dir, write_in_dir
+
+SITE = "playbooks/site.yml"
+INVENTORY_RECORD = "inventory.json"  # what `tunefleet verify -i` ran against, in the run directory
+DEFAULT_MAX_AGE = "24h"  # older findings may no longer be the node's: verify again instead
+_AGE = re.compile(r"(\d+)\s*([smhd]?)")
+_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+FINDING = ("FAIL", "WARN")
+
+
+class FixRefused(ValueError):
+    """The run directory cannot be fixed from; the message names it and why."""
+
+
+@dataclass
+class Finding:
+    host: str
+    check_id: str
+    status: str
+    reason: str
+    observed: object
+    remedy: Optional[dict]
+
+    def line(self) -> str:
+        said = words(self.remedy) if self.remedy else "no remedy recorded: read the finding"
+        return f"{self.host}: {self.status} {self.check_id}: {self.reason[:120]} -> {said}"
+
+
+@dataclass
+class HostPlan:
+    host: str
+    roles: list = field(default_factory=list)
+    fixes: list = field(default_factory=list)  # findings the roles remove
+    apart: list = field(default_factory=list)  # findings left alone, with their action
+
+
+@dataclass
+class RunDir:
+    path: str
+    kind: str  # "fleet" or "local"
+    reports: dict  # host -> node report
+    inventory: Optional[str] = None  # recorded by verify -i
+    hosts: list = field(default_factory=list)
+
+
+def parse_age(text: str) -> int:
+    """'24h', '90m', '2d', '3600' -> seconds; anything else ValueError naming --max-age."""
+    match = _AGE.fullmatch(str(text).strip())
+    if not match or int(match.group(1)) <= 0:
+        raise ValueError(f"--max-age {text!r}: give a positive number of seconds or a number with s, m, h or d "
+                         f"(default {DEFAULT_MAX_AGE})")
+    return int(match.group(1)) * _UNITS[match.group(2)]
+
+
+def _load(path: str, what: str) -> dict:
+    try:
+        data = json_loads(read_bounded(path, 64 << 20, what), what)
+    except (OSError, BoundedLoadError) as exc:
+        raise FixRefused(f"{path}: {getattr(exc, 'strerror', None) or exc}") from None
+    if not isinstance(data, dict):
+        raise FixRefused(f"{path}: not a {what}")
+    return data
+
+
+def load_run(path: str) -> RunDir:
+    """The node reports of a run directory: `report.json` in it (a --local run), or `<host>/report.json` for
+    each host of a fleet run (with its fleet_report.json)."""
+    path = os.path.abspath(path)
+    os.close(open_trusted_dir(path))  # a directory someone else can change decides what root applies
+    if os.path.isfile(os.path.join(path, "report.json")):
+        report = _load(os.path.join(path, "report.json"), "node report")
+        return RunDir(path, "local", {str(report.get("host") or socket.gethostname()): report})
+    if not os.path.isfile(os.path.join(path, "fleet_report.json")):
+        raise FixRefused(f"{path} holds neither report.json (a --local run) nor fleet_report.json (a fleet run)")
+    reports = {}
+    for entry in sorted(os.scandir(path), key=lambda e: e.name):
+        report_path = os.path.join(entry.path, "report.json")
+        if entry.is_dir(follow_symlinks=False) and os.path.isfile(report_path):
+            reports[entry.name] = _load(report_path, "node report")
+    run = RunDir(path, "fleet", reports)
+    record = os.path.join(path, INVENTORY_RECORD)
+    if os.path.isfile(record):
+        data = _load(record, "inventory record")
+        run.inventory = data.get("inventory") if isinstance(data.get("inventory"), str) else None
+        run.hosts = [h for h in data.get("hosts") or [] if isinstance(h, str)]
+    return run
+
+
+def _when(report: dict) -> Optional[dt.datetime]:
+    text = report.get("generated_at") or (report.get("run") or {}).get("started_at")
+    try:
+        when = dt.datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when if when.tzinfo else when.replace(tzinfo=dt.timezone.utc)
+
+
+def check_age(run: RunDir, max_age_s: int, now: Optional[dt.datetime] = None) -> None:
+    now = now or dt.datetime.now(dt.timezone.utc)
+    for host, report in sorted(run.reports.items()):
+        when = _when(report)
+        if when is None:
+            raise FixRefused(f"{run.path}: the report of {host} says no time it was made: verify again")
+        age = (now - when).total_seconds()
+        if age > max_age_s:
+            raise FixRefused(f"{run.path}: the report of {host} is {age / 3600:.1f} h old, older than --max-age "
+                             f"{max_age_s // 3600 if max_age_s % 3600 == 0 else max_age_s}"
+                             f"{'h' if max_age_s % 3600 == 0 else ' s'}: its findings may no longer be the node's; "
+                             "verify again and fix from that run")
+
+
+def check_source(run: RunDir, inventory: Optional[str], inventory_hosts: Optional[Sequence[str]]) -> str:
+    """The inventory to apply with (fleet) and that the run is from it; a local run must be this host's."""
+    if run.kind == "local":
+        if inventory:
+            raise FixRefused(f"{run.path} is a --local run: it is fixed on this host, without -i")
+        (host, report), = run.reports.items()
+        here = socket.gethostname()
+        if host != here:
+            raise FixRefused(f"{run.path} is a --local run of {host}, not of this host ({here})")
+        root = (report.get("run") or {}).get("root")
+        if root not in (None, "/"):
+            raise FixRefused(f"{run.path} judged the tree {root} (--root), not this host: nothing to apply")
+        return ""
+    chosen = inventory or run.inventory
+    if not chosen:
+        raise FixRefused(f"{run.path} recorded no inventory ({INVENTORY_RECORD}, written by `tunefleet verify -i`): "
+                         "name it with -i")
+    if run.inventory and os.path.abspath(chosen) != run.inventory:
+        raise FixRefused(f"{run.path} is a run of inventory {run.inventory}, not {os.path.abspath(chosen)}")
+    if inventory_hosts is not None:
+        gone = sorted(set(run.reports) - set(inventory_hosts))
+        if gone:
+            raise FixRefused(f"{run.path}: host(s) {', '.join(gone)} are not in inventory {chosen}: the run is "
+                             "from another inventory")
+    return chosen
+
+
+def findings_of(run: RunDir) -> dict:
+    """host -> [Finding] of every FAIL and WARN."""
+    found = {}
+    for host, report in sorted(run.reports.items()):
+        rows = []
+        for item in report.get("results") or []:
+            if not isinstance(item, dict) or item.get("status") not in FINDING:
+                continue
+            rows.append(Finding(host, str(item.get("check_id")), str(item["status"]), str(item.get("reason") or ""),
+                                item.get("observed"), remedy_of(item)))
+        found[host] = rows
+    return found
+
+
+def plan(findings: dict) -> list:
+    """Per host: the roles whose remedy removes a finding (sorted), the findings they address, and the rest."""
+    plans = []
+    for host, rows in sorted(findings.items()):
+        one = HostPlan(host)
+        for finding in rows:
+            remedy = finding.remedy
+            if remedy and remedy.get("kind") == ROLE and remedy.get("fixable") and remedy.get("role"):
+                one.fixes.append(finding)
+                if remedy["role"] not in one.roles:
+                    one.roles.append(remedy["role"])
+            else:
+                one.apart.append(finding)
+        one.roles.sort()
+        plans.append(one)
+    return plans
+
+
+def groups(plans: list) -> list:
+    """[(roles, hosts)]: one playbook run per distinct set of roles, so no host runs a role it does not need."""
+    by_roles: dict = {}
+    for one in plans:
+        if one.roles:
+            by_roles.setdefault(tuple(one.roles), []).append(one.host)
+    return sorted((list(roles), sorted(hosts)) for roles, hosts in by_roles.items())
+
+
+def render_plan(plans: list, run_dir: str) -> list:
+    lines = [f"fix plan for {run_dir}:"]
+    for one in plans:
+        if one.roles:
+            lines.append(f"  {one.host}: roles {', '.join(one.roles)} (site.yml --tags {','.join(one.roles)}) for "
+                         f"{len(one.fixes)} finding(s)")
+            lines += [f"    {f.status} {f.check_id}: {words(f.remedy)}" for f in one.fixes]
+        elif not one.apart:
+            lines.append(f"  {one.host}: nothing to fix")
+    apart = [f for one in plans for f in one.apart]
+    if apart:
+        lines.append("left alone (not a role's to fix; the action each needs):")
+        lines += [f"  {f.line()}" for f in apart]
+    if not any(one.roles for one in plans):
+        lines.append("no finding a role removes: nothing to run")
+    return lines
+
+
+def fleet_end_lines(run_dir: str, inventory: str, hosts: Sequence[str]) -> list:
+    """The end of `tunefleet verify -i`: records the inventory the run used (so `tunefleet fix` can refuse a
+    run from another one), then how many hosts have fixable findings with the exact fix command, and the
+    hosts whose findings no role removes, apart, with their actions."""
+    try:
+        dir_fd = open_trusted_dir(run_dir)
+        try:
+            write_in_dir(dir_fd, INVENTORY_RECORD, json.dumps({"inventory": os.path.abspath(inventory),
+                                                               "hosts": sorted(hosts)}), PRIVATE_FILE)
+        finally:
+            os.close(dir_fd)
+        plans = plan(findings_of(load_run(run_dir)))
+    except (OSError, ValueError) as exc:
+        return [f"fix: not planned: {exc}"]
+    fixable = [one for one in plans if one.roles]
+    lines = []
+    if fixable:
+        lines.append(f"{len(fixable)} host(s) have findings the roles fix ({', '.join(one.host for one in fixable)}): "
+                     f"tunefleet fix {shlex.quote(run_dir)} -i {shlex.quote(inventory)}  (check mode; --apply to "
+                     "apply)")
+    hardware = [one for one in plans if any((f.remedy or {}).get("kind") != ROLE for f in one.apart)]
+    if hardware:
+        lines.append(f"{len(hardware)} host(s) have findings no role fixes (left to you):")
+        for one in hardware:
+            for f in one.apart:
+                lines.append(f"  {f.host}: {f.check_id}: {words(f.remedy) if f.remedy else 'read the finding'}")
+    return lines
+
+
+class Changes:
+    """ansible-runner events -> `changed` per host and role, the failures, and the diffs (check mode)."""
+
+    def __init__(self, write: Callable[[str], None] = print) -> None:
+        self.write = write
+        self.changed: dict = {}  # host -> role -> count
+        self.ok: dict = {}
+        self.failed: dict = {}
+        self.diffs: list = []
+
+    def __call__(self, event: dict) -> bool:
+        kind = event.get("event", "")
+        data = event.get("event_data") or {}
+        host = data.get("host") or "?"
+        role = data.get("role") or "(play)"
+        res = data.get("res") or {}
+        if kind == "runner_on_ok":
+            self.ok.setdefault(host, {}).setdefault(role, 0)
+            self.ok[host][role] += 1
+            self.changed.setdefault(host, {}).setdefault(role, 0)
+            if res.get("changed"):
+                self.changed[host][role] += 1
+                self.diffs += [(host, role, data.get("task", ""), d) for d in _diffs(res)]
+        elif kind in ("runner_on_failed", "runner_on_unreachable") and not data.get("ignore_errors"):
+            message = str(res.get("msg") or res.get("stderr") or "(no message)").strip()
+            self.failed.setdefault(host, []).append(f"{data.get('task', '')}: {message}")
+            self.write(f"  {host:24} FAILED      {data.get('task', '')}: {message[:300]}")
+        return True
+
+
+def _diffs(res: dict) -> list:
+    found = res.get("diff")
+    items = found if isinstance(found, list) else [found] if isinstance(found, dict) else []
+    out = []
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        if item.get("prepared"):
+            out.append(str(item["prepared"]))
+        elif "before" in item or "after" in item:
+            where = item.get("after_header") or item.get("before_header") or ""
+            out.append(f"{where}: {str(item.get('before', '')).strip()[:200]!r} -> "
+                       f"{str(item.get('after', '')).strip()[:200]!r}")
+    return out
+
+
+def local_extravars(desired: dict, roles: Sequence[str]) -> dict:
+    """The role variables of a --local run's desired state, for the roles applied: each section key k of role r
+    is the variable r_k (templates/desired_state.json.j2); sysctl's settings are already merged."""
+    extravars = {}
+    for role in roles:
+        section = desired.get(role)
+        if not isinstance(section, dict):
+            raise FixRefused(f"the run's desired state has no {role!r} section to apply")
+        for key, value in section.items():
+            extravars[f"{role}_{key}"] = value
+        if role == "sysctl":
+            extravars["sysctl_extra_settings"] = {}
+    return extravars
+
+
+def run_roles(home: Path, inventory: str, hosts: Sequence[str], roles: Sequence[str], apply: bool,
+              changes: Changes, extravars: Optional[dict] = None, player: Optional[Callable] = None):
+    """site.yml with only `roles`' tags (preflight always runs: it reads and refuses, changes nothing), limited
+    to `hosts`, check mode with diff unless `apply`; never reboots. Returns ansible-runner's runner."""
+    from verify.fleet import run as fleet_run
+
+    with tempfile.TemporaryDirectory(prefix="tunefleet-fix-", dir=fleet_run.runner_scratch_parent()) as work:
+        kwargs = {
+            "private_data_dir": work, "playbook": str(home / SITE), "inventory": inventory,
+            "limit": ",".join(hosts), "tags": ",".join(roles),
+            "cmdline": "--diff" if apply else "--check --diff",
+            "extravars": dict(extravars or {}, tunefleet_reboot_policy="never"),
+            "envvars": dict(fleet_run.ansible_env(home)), "event_handler": changes, "quiet": True,
+            "project_dir": str(home),
+        }
+        if inventory == "":
+            path = os.path.join(work, "local-inventory")
+            with open(path, "w", encoding="utf-8") as handle:  # a private directory of ours (mkdtemp, 0700)
+                handle.write(f"{hosts[0]} ansible_connection=local ansible_python_interpreter={sys.executable}\n")
+            kwargs["inventory"] = path
+        return (player or fleet_run.run_playbook)(kwargs, home)
+
+
+def compare(before: dict, after: dict, plans: list) -> list:
+    """One row per addressed finding: host, check, status and observed before and after."""
+    rows = []
+    for one in plans:
+        results = {r.get("check_id"): r for r in (after.get(one.host) or {}).get("results") or []
+                   if isinstance(r, dict)}
+        for f in one.fixes:
+            now = results.get(f.check_id)
+            rows.append({"host": f.host, "check_id": f.check_id, "role": f.remedy.get("role"),
+                         "before": {"status": f.status, "observed": f.observed},
+                         "after": {"status": now.get("status") if now else "ABSENT",
+                                   "observed": now.get("observed") if now else None}})
+    return rows
+
+
+def render_report(doc: dict) -> str:
+    lines = [f"# tunefleet fix of {doc['run_dir']}", "", f"mode: {'apply' if doc['apply'] else 'check'}; "
+             f"re-verified: {doc.get('after_dir') or 'no'}", "",
+             "| host | role | changed |", "| --- | --- | --- |"]
+    for host, roles in sorted(doc["changed"].items()):
+        for role, count in sorted(roles.items()):
+            lines.append(f"| {host} | {role} | {count} |")
+    lines += ["", "| host | check | before | after |", "| --- | --- | --- | --- |"]
+    for row in doc["findings"]:
+        lines.append(f"| {row['host']} | {row['check_id']} | {row['before']['status']} {row['before']['observed']} | "
+                     f"{row['after']['status']} {row['after']['observed']} |")
+    if doc["apart"]:
+        lines += ["", "## Left alone", ""] + [f"- {line}" for line in doc["apart"]]
+    return "\n".join(lines) + "\n"
+
+
+def reverify_fleet(inventory: str, hosts: Sequence[str], out: str) -> tuple:
+    """`tunefleet verify -i INVENTORY --limit hosts` into a new run directory under `out`: (rc, run dir)."""
+    from verify.fleet import run as fleet_run
+    from verify.history.cli import add_verify_arguments
+
+    parser = argparse.ArgumentParser()
+    add_verify_arguments(parser)
+    args = parser.parse_args([])
+    args.__dict__.update(inventory=inventory, limit=",".join(hosts), out=out, quiet=True, forks=None, profile=None,
+                         ib_fabric=None, baseline=None, rules=None, world_readable=False)
+    rc = fleet_run.main(args)
+    made = [e.path for e in os.scandir(out) if e.is_dir(follow_symlinks=False)]
+    return rc, (made[0] if len(made) == 1 else None)
+
+
+def reverify_local(report: dict, out: str) -> int:
+    """`tunefleet verify --local` again, with the desired-state source and benchmarks the run used."""
+    from verify.history.cli import add_verify_arguments
+    from verify.local_run import main as local_main
+
+    command = shlex.split(str((report.get("run") or {}).get("command") or ""))
+    parser = argparse.ArgumentParser(add_help=False)
+    for option in ("--spec", "--profile", "--bench"):
+        parser.add_argument(option, default=None)
+    parser.add_argument("--vars", action="append", default=[])
+    parser.add_argument("--no-bench", action="store_true")
+    used, _ = parser.parse_known_args(command[2:] if command[:2] == ["tunefleet", "verify"] else command)
+    add_verify_arguments(parser)
+    args = parser.parse_args([])
+    args.__dict__.update(spec=used.spec, profile=used.profile, vars=used.vars, bench=used.bench,
+                         no_bench=used.no_bench or not (report.get("run") or {}).get("benchmarks", True),
+                         root="/", format="json,md", out=out, world_readable=False, quiet=True, inject=None,
+                         probe_login=False)
+    return local_main(args)
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    f = sub.add_parser("fix", help="apply the roles that remove a verify run's findings, on those hosts only "
+                                   "(check mode unless --apply), then verify them again")
+    f.add_argument("directory", help="a run directory: reports/<run> of `verify -i`, or the --out of `verify --local`")
+    f.add_argument("-i", "--inventory", default=None,
+                   help="the fleet run's inventory (default: the one it recorded; another one is refused)")
+    f.add_argument("--apply", action="store_true", help="apply (default: check mode with diff, nothing changes)")
+    f.add_argument("--max-age", default=DEFAULT_MAX_AGE,
+                   help=f"refuse a run older than this (s, m, h or d; default {DEFAULT_MAX_AGE})")
+    f.add_argument("--quiet", action="store_true", help="no plan or diff lines")
+    return f
+
+
+def main(args, player: Optional[Callable] = None, write: Callable[[str], None] = print) -> int:
+    import importlib.util
+
+    from verify.desired import project_root
+    from verify.fleet.run import InventoryError, check_inventory
+
+    try:
+        max_age = parse_age(args.max_age)
+        run = load_run(args.directory)
+        check_age(run, max_age)
+        home = project_root()
+        inventory_hosts = None
+        if run.kind == "fleet" and (args.inventory or run.inventory):
+            inventory_hosts = check_inventory(args.inventory or run.inventory, None, home)
+        inventory = check_source(run, args.inventory, inventory_hosts)
+        plans = plan(findings_of(run))
+        todo = groups(plans)
+        if todo and player is None and importlib.util.find_spec("ansible_runner") is None:
+            raise FixRefused("tunefleet fix needs ansible-runner on the controller (pip install ansible-runner)")
+        if todo and not (home / SITE).is_file():
+            raise FixRefused(f"{home / SITE} not found: set TUNEFLEET_HOME to a tunefleet checkout or collection")
+    except (FixRefused, InventoryError, ValueError, OSError) as exc:
+        write(f"tunefleet fix: {exc.strerror or exc if isinstance(exc, OSError) else exc}")
+        return EXIT_BAD_INPUT
+    for line in render_plan(plans, run.path):
+        if not args.quiet or not line.startswith("    "):
+            write(line)
+    if not todo:
+        return EXIT_OK
+    changes = Changes(write)
+    for roles, hosts in todo:
+        extravars = local_extravars(run.reports[hosts[0]].get("desired_state") or {}, roles) \
+            if run.kind == "local" else None
+        write(f"{'applying' if args.apply else 'check mode (--check --diff)'}: site.yml --tags {','.join(roles)} "
+              f"--limit {','.join(hosts)}")
+        runner = run_roles(home, inventory, hosts, roles, args.apply, changes, extravars, player)
+        if getattr(runner, "rc", 0) not in (0, None) and not changes.failed:
+            changes.failed.setdefault(",".join(hosts), []).append(f"ansible-playbook ended {runner.status} "
+                                                                  f"(rc {runner.rc})")
+    for host in sorted(changes.changed):
+        counts = ", ".join(f"{role} {n}" for role, n in sorted(changes.changed[host].items()) if role != "(play)")
+        write(f"  {host}: {'changed' if args.apply else 'would change'}: {counts or 'nothing'}")
+    if not args.quiet:
+        for host, role, _task, diff in changes.diffs:
+            write(f"    {host} {role}: {diff.strip()[:400]}")
+    doc = {"schema": "tunefleet.fix/v1", "run_dir": run.path, "apply": bool(args.apply),
+           "plan": [{"host": p.host, "roles": p.roles} for p in plans], "changed": changes.changed,
+           "failed": changes.failed, "findings": [], "after_dir": None,
+           "apart": [f.line() for one in plans for f in one.apart]}
+    if changes.failed:
+        for host, problems in sorted(changes.failed.items()):
+            write(f"tunefleet fix: {host}: {problems[-1][:300]}")
+    if not args.apply:
+        write("check mode: nothing changed; run again with --apply to apply")
+        return EXIT_FAILED if changes.failed else EXIT_OK
+    parent = os.path.dirname(run.path)
+    fix_dir = make_unique_dir(parent, f"{os.path.basename(run.path)}-fix-")
+    fixed_hosts = [one.host for one in plans if one.roles]
+    if run.kind == "fleet":
+        rc, after_dir = reverify_fleet(inventory, fixed_hosts, fix_dir)
+        after = load_run(after_dir).reports if after_dir else {}
+    else:
+        after_dir = os.path.join(fix_dir, "after")
+        rc = reverify_local(next(iter(run.reports.values())), after_dir)
+        after = load_run(after_dir).reports if os.path.isfile(os.path.join(after_dir, "report.json")) else {}
+        after = {fixed_hosts[0]: next(iter(after.values()))} if after else {}
+    doc.update(after_dir=after_dir, after_rc=rc, findings=compare(run.reports, after, plans))
+    dir_fd = open_trusted_dir(fix_dir)
+    try:
+        write_in_dir(dir_fd, "fix_report.json", json.dumps(doc, indent=1, default=str), PRIVATE_FILE)
+        write_in_dir(dir_fd, "fix_report.md", render_report(doc), PRIVATE_FILE)
+    finally:
+        os.close(dir_fd)
+    still = [r for r in doc["findings"] if r["after"]["status"] != "PASS"]
+    for row in doc["findings"]:
+        write(f"  {row['host']}: {row['check_id']}: {row['before']['status']} -> {row['after']['status']}")
+    write(f"fix report: {os.path.join(fix_dir, 'fix_report.md')}")
+    if changes.failed or still:
+        return EXIT_FAILED
+    return EXIT_OK if after else EXIT_COULD_NOT_CHECK
