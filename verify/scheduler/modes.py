@@ -127,7 +127,9 @@ def judge(spec: dict, node: Node, options: Options, now: Optional[float] = None)
         caps = P2P_CAPS if "health.p2p" in names else ()
         driver, raw = options.nvml_reading.answer() if options.nvml_reading else nvml.read_raw(caps)
         if driver is not None:
-            nvml_facts.prime(node, driver, raw)
+            problem = nvml_facts.prime(node, driver, raw)
+            if problem:  # primed nothing: the checks ask nvidia-smi, as without pynvml
+                driver, raw = None, f"the NVML answer is not a reading: {problem}"
         run["gpu_source"] = "nvml" if driver is not None else f"nvidia-smi ({raw})"
     # The counters saved below are stamped `now`: the checks measure this interval on that same clock. A stamp
     # from before this boot, from the future or without a time gives no interval: judged since driver load.

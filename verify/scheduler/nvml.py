@@ -251,18 +251,87 @@ def _unpack(data: bytes, reap) -> tuple:
             and isinstance(message[1], list if isinstance(message[0], str) and message[0] != RAISED else str)):
         return None, f"the NVML reading process answered {len(data)} bytes that are not an answer"
     driver, gpus = message
-    if isinstance(gpus, list) and not all(isinstance(gpu, dict) for gpu in gpus):
+    if not isinstance(gpus, list):
+        return driver, gpus
+    if not all(isinstance(gpu, dict) for gpu in gpus):
         return None, "the NVML reading process answered a GPU that is not a reading"
-    return driver, [_restored(gpu) for gpu in gpus] if isinstance(gpus, list) else gpus
+    gpus = [_restored(gpu) for gpu in gpus]
+    problem = reading_problem(driver, gpus)
+    if problem:
+        return None, f"the NVML reading process answered a reading that is not one ({problem})"
+    return driver, gpus
 
 
 def _restored(gpu: dict) -> dict:
     """One GPU's raw dict as read_raw made it, from its JSON form: the pairs (remapped rows, fabric) as tuples,
-    the P2P row's peers as integers again."""
+    the P2P row's peers as integers again (only ASCII digits: '²'.isdigit() is true and int() refuses it)."""
     gpu = dict(gpu)
     for key in ("remapped_rows", "fabric"):
         if isinstance(gpu.get(key), list):
             gpu[key] = tuple(gpu[key])
     if isinstance(gpu.get("p2p"), dict):
-        gpu["p2p"] = {int(peer) if str(peer).isdigit() else peer: row for peer, row in gpu["p2p"].items()}
+        gpu["p2p"] = {int(peer) if isinstance(peer, str) and peer.isascii() and peer.isdigit() and len(peer) <= 6
+                      else peer: row for peer, row in gpu["p2p"].items()}
     return gpu
+
+
+# What read_gpu puts in a GPU's reading, by kind (None = not supported, always allowed).
+MAX_GPUS = 4096
+_TEXTS = ("name", "uuid", "vbios")
+_FLAGS = ("persistence", "ecc_mode", "retired_pending")
+_NUMBERS = ("memory_mib", "ecc_uncorrected_volatile", "ecc_uncorrected_aggregate", "temperature_c",
+            "tlimit_margin_c", "power_mw", "power_limit_mw")
+_WHOLE = ("clock_reasons",)
+_LIMIT = 1 << 64  # NVML's counters and bit masks are at most 64-bit
+
+
+def _number(value: object, whole: bool = False) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, float) if not whole else int):
+        return False
+    if isinstance(value, int):
+        return -_LIMIT < value < _LIMIT
+    return value == value and abs(value) < _LIMIT  # NaN is not equal to itself
+
+
+def reading_problem(driver: object, gpus: object) -> str:
+    """'' when (driver, gpus) has the shape read_raw gives (every field of its kind), else what is not: the
+    facts are primed only from a reading of that shape (nvml_facts.prime), whatever crossed the pipe."""
+    if not isinstance(driver, str) or len(driver) > 64:
+        return "the driver version is not text"
+    if not isinstance(gpus, list) or len(gpus) > MAX_GPUS:
+        return "the GPUs are not a list"
+    seen = set()
+    for n, gpu in enumerate(gpus):
+        if not isinstance(gpu, dict):
+            return f"GPU {n} is not a reading"
+        index = gpu.get("index")
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < MAX_GPUS or index in seen:
+            return f"GPU {n}: index {str(index)[:20]!r} is not a GPU index"
+        seen.add(index)
+        if not isinstance(gpu.get("bus_id"), str) or not 0 < len(gpu["bus_id"]) <= 64:
+            return f"GPU {index}: bus_id is not a PCI address"
+        for key in _TEXTS:
+            if gpu.get(key) is not None and (not isinstance(gpu[key], str) or len(gpu[key]) > 256):
+                return f"GPU {index}: {key} is not text"
+        for key in _FLAGS:
+            if gpu.get(key) is not None and not isinstance(gpu[key], (bool, int)):
+                return f"GPU {index}: {key} is not a flag"
+        for key in _NUMBERS + _WHOLE:
+            if gpu.get(key) is not None and not _number(gpu[key], key in _WHOLE):
+                return f"GPU {index}: {key} is not a number"
+        for key, size in (("remapped_rows", 4), ("fabric", 2)):
+            value = gpu.get(key)
+            if value is not None and not (isinstance(value, tuple) and len(value) == size and
+                                          all(isinstance(v, bool) or _number(v, True) for v in value)):
+                return f"GPU {index}: {key} is not {size} whole numbers"
+        p2p = gpu.get("p2p")
+        if p2p is not None:
+            if not isinstance(p2p, dict):
+                return f"GPU {index}: p2p is not a row of peers"
+            for peer, caps in p2p.items():
+                if isinstance(peer, bool) or not isinstance(peer, int) or not 0 <= peer < MAX_GPUS or peer == index:
+                    return f"GPU {index}: p2p peer {str(peer)[:20]!r} is not another GPU's index"
+                if not isinstance(caps, dict) or not all(isinstance(k, str) and _number(v, True)
+                                                         for k, v in caps.items()):
+                    return f"GPU {index}: p2p towards {peer} is not a status per capability"
+    return ""

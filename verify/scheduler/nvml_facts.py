@@ -16,6 +16,7 @@ from verify.facts.gpu_query import Gpu, GpuInventory
 from verify.facts.peer_access import MEMO_P2P, P2P_CAPS, SOURCE_NVML, from_status
 from verify.judging import clock_reasons
 from verify.node import Node
+from verify.scheduler.nvml import reading_problem
 
 NA = "[N/A]"
 # nvmlClocksEventReason* bits as nvidia-smi names them in --query-gpu, from their one home: the problem
@@ -58,8 +59,13 @@ def health_fields(raw: dict) -> dict:
     return fields
 
 
-def prime(node: Node, driver: str, raw_gpus: list) -> None:
-    """Hand one NVML reading to the facts the checks read, so none of them starts nvidia-smi."""
+def prime(node: Node, driver: str, raw_gpus: list) -> str:
+    """Hand one NVML reading to the facts the checks read, so none of them starts nvidia-smi: ''. A reading
+    not of read_raw's shape (verify.scheduler.nvml.reading_problem) primes nothing and says why: the checks
+    then ask nvidia-smi, as without pynvml."""
+    problem = reading_problem(driver, raw_gpus)
+    if problem:
+        return problem
     inventory = GpuInventory("nvml", [Gpu(g["index"], g["bus_id"], g.get("name") or "", g.get("persistence"),
                                           g.get("memory_mib")) for g in raw_gpus], driver_version=driver)
     node.memo["gpus"] = inventory
@@ -69,8 +75,13 @@ def prime(node: Node, driver: str, raw_gpus: list) -> None:
     node.memo[MEMO_UUIDS] = {g["bus_id"]: g["uuid"] for g in raw_gpus if g.get("uuid")}
     node.memo[MEMO_FABRIC] = {g["index"]: g["fabric"] for g in raw_gpus if g.get("fabric") is not None}
     rows = [g.get("p2p") for g in raw_gpus]
-    if len(raw_gpus) > 1 and all(row is not None for row in rows):  # else health.p2p asks nvidia-smi
+    indices = {g["index"] for g in raw_gpus}
+    # every ordered pair with every capability, else health.p2p asks nvidia-smi
+    if len(raw_gpus) > 1 and all(row is not None and set(row) == indices - {g["index"]} and
+                                 all(name in caps for caps in row.values() for name, _, _ in P2P_CAPS)
+                                 for g, row in zip(raw_gpus, rows)):
         by_capability = {name: {(g["index"], peer): row[peer][name] for g, row in zip(raw_gpus, rows) for peer in row}
                          for name, _, _ in P2P_CAPS}
         node.memo[MEMO_P2P] = from_status({g["index"]: g.get("name") or "" for g in raw_gpus}, by_capability,
                                           SOURCE_NVML)
+    return ""
