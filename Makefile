@@ -95,7 +95,8 @@ pytest: $(STAMP) image
 ## fuzz: the property tests (parsers, our own files' readers, every judge's bounds, engine payloads) with a
 ## random seed and many more examples (FUZZ_EXAMPLES, default 1500)
 FUZZ_TESTS := tests/unit/test_parsers_fuzz.py tests/unit/test_readers_total.py tests/unit/test_bench_bounds.py \
-  tests/unit/test_engine_payloads.py tests/unit/test_bench_gpu.py tests/unit/test_functions_total.py
+  tests/unit/test_engine_payloads.py tests/unit/test_bench_gpu.py tests/unit/test_functions_total.py \
+  tests/unit/test_fleet_functions_total.py tests/unit/test_scheduler_total.py
 # The seed is printed first, so a clean run can be reported and a failing one repeated (make fuzz FUZZ_SEED=...).
 ifndef FUZZ_SEED
 FUZZ_SEED := $(shell od -An -N4 -tu4 /dev/urandom | tr -d ' ')

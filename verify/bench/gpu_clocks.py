@@ -51,8 +51,10 @@ def decode(mask) -> list:
     return names
 
 
-def _in_range(sample: dict, key: str) -> Optional[float]:
+def _in_range(sample: dict, key: str, bound: str = "") -> Optional[float]:
+    """sample[key] as a finite float within READING_MAX[bound or key], else None."""
     value = sample.get(key)
+    key = bound or key
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     if isinstance(value, int) and not 0 <= value <= READING_MAX[key]:  # before float(): a huge int overflows
@@ -97,22 +99,31 @@ def summarise(samples: Iterable[dict]) -> dict:
     return out
 
 
-def describe(window: Optional[dict]) -> str:
-    """'SM 1980 MHz, mem 3201 MHz, 52 C, 627 W, reasons: none' for the report line."""
-    if not window or not window.get("samples"):
+def describe(window: object) -> str:
+    """'SM 1980 MHz, mem 3201 MHz, 52 C, 627 W, reasons: none' for the report line. Total: the window comes from
+    the engine's payload, so a reading that is not {min, median, max} of finite numbers in its range is said as
+    unreadable, never formatted (a text median raised), and reasons that are not names are left out."""
+    if not isinstance(window, dict) or not window.get("samples"):
         return "no NVML samples"
     parts = []
     for key, label, unit in (("sm_mhz", "SM", " MHz"), ("mem_mhz", "mem", " MHz"), ("temp_c", "", " C"),
                              ("power_w", "", " W")):
-        reading = window.get(key)
-        if reading:
-            text = f"{reading['median']:.0f}{unit}"
-            if key == "sm_mhz" and reading["min"] < reading["median"]:
-                text = f"{reading['min']:.0f}-{reading['max']:.0f}{unit}"
-            if key in ("temp_c", "power_w"):
-                text = f"{reading['max']:.0f}{unit} max"
-            parts.append(f"{label} {text}".strip())
-    reasons = [r for r in window.get("reasons") or [] if r != "gpu_idle"]
+        if not window.get(key):
+            continue
+        reading = window[key] if isinstance(window[key], dict) else {}
+        low, mid, high = (_in_range(reading, field, key) for field in ("min", "median", "max"))
+        if low is None or mid is None or high is None:
+            parts.append(f"{label or key} unreadable")
+            continue
+        text = f"{mid:.0f}{unit}"
+        if key == "sm_mhz" and low < mid:
+            text = f"{low:.0f}-{high:.0f}{unit}"
+        if key in ("temp_c", "power_w"):
+            text = f"{high:.0f}{unit} max"
+        parts.append(f"{label} {text}".strip())
+    reasons = window.get("reasons")
+    reasons = [str(r)[:40] for r in reasons if isinstance(r, str) and r != "gpu_idle"] \
+        if isinstance(reasons, list) else []
     parts.append("reasons: " + (", ".join(reasons) if reasons else "none"))
     return ", ".join(parts)
 

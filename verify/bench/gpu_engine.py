@@ -49,6 +49,13 @@ PAYLOAD_SCHEMA = {
     "allreduce_error": Maybe(str),
     "pair_schedule": Maybe(dict),
     "phases": Maybe(dict),
+    # Read by the judges and the report line (verify.bench.gpu, nccl.session_gpus, local_run's health.p2p from
+    # CUDA's answer): an NVML index list, a number of seconds and names, or the payload is not judged.
+    "measured": Maybe(ListOf(int, may_be_empty=True)),
+    "engine_s": Maybe(NUMBER),
+    "torch": Maybe(str),
+    "nvml": Maybe(str),
+    "visible": Maybe(str),
 }
 
 

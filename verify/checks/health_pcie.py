@@ -22,7 +22,6 @@ VM the guest's root ports are emulated and their advertised link is not the hard
 from __future__ import annotations
 
 import os
-import re
 from typing import Optional
 
 from verify.checks.common import result, skip
@@ -31,23 +30,18 @@ from verify.facts import health_smi
 from verify.facts.kernel_log import read_kernel_log
 from verify.facts.links import BandwidthNotice, parse_bandwidth_notices
 from verify.facts.pci import driver_reason, gpu_indices, nvidia_gpus_on_bus, short_bdf
-from verify.judging import verdicts
+from verify.judging import peaks, verdicts
 from verify.node import Node
 from verify.result import Status
 
-GEN_BY_GTS = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
 # The vendors whose links the notice is judged for: NVIDIA GPUs and Mellanox (NVIDIA networking) NICs.
 JUDGED_VENDORS = ("0x10de", "0x15b3")
 IDLE_REASON = 0x1  # clocks_event_reasons.gpu_idle in the clocks_throttle_reasons.active bitmask
 # The kernel log as (text, source): another reader of the run may have put it here; this check puts it
 # here too, so the log is read once per run.
-_SPEED = re.compile(r"^\s*([0-9.]+)\s*GT/s")
-
-
-def gen_of(speed: Optional[str]) -> Optional[int]:
-    """'32.0 GT/s PCIe' (kernel >= 4.19 wording) or '8 GT/s' -> 5 / 3; 'Unknown' or absent -> None."""
-    match = _SPEED.match(speed or "")
-    return GEN_BY_GTS.get(float(match.group(1))) if match else None
+# sysfs current_link_speed / max_link_speed -> generation: the one reader of a PCIe speed (".GT/s" raised in a
+# second copy of it here).
+gen_of = peaks.pcie_gen_from_speed
 
 
 def _width(node: Node, path: str) -> Optional[int]:
