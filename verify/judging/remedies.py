@@ -143,6 +143,11 @@ CAUSES = {
     "slowdown": _act(verdicts.DRAIN_RMA),
     "pcie-link": _act(verdicts.DRAIN_RMA),
     "cpu-governor": _role("cpu", ("cpu_governor", ("cpu", "governor"))),
+    # Sockets where RDMA is expected: no one variable removes it (the gpu.nvidia_peermem finding, if any, is the
+    # role's own row); the HCAs NCCL may use depend on the node's cabling.
+    "nccl-socket-not-rdma": _act(verdicts.FIX_CONFIG, "load nvidia_peermem or use DMA-BUF (role gpu, "
+                                 "gpu_nvidia_peermem), name the HCAs NCCL may use (NCCL_IB_HCA; on RoCE "
+                                 "NCCL_IB_GID_INDEX) in gpu_nccl_conf, then verify again"),
     "unexplained": _act(None),
 }
 # A benchmark row with no cause class (an older report, an ERROR): its action class alone.
