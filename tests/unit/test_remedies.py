@@ -207,3 +207,17 @@ def test_any_finding_and_any_desired_state_give_a_remedy_or_none_never_a_crash(c
     elif remedy is not None:
         assert remedy["kind"] in remedies.KINDS and remedy["action"] in verdicts.ACTIONS
         assert isinstance(remedies.words(remedy), str)
+
+
+def test_the_run_s_closing_lines_name_the_roles_and_what_no_role_fixes(tmp_path):
+    spec = desired_state()
+    results = checks.run_checks(spec, FakeTree(tmp_path).nic("ens1", mtu=1500).node(), names=["network.mtu", "limits"])
+    results.append(CheckResult("health.gpu.presence", "health", Status.FAIL, 8, 7, "a GPU is lost",
+                               details={verdicts.ACTION_KEY: verdicts.DRAIN_RMA}))
+    remedies.attach(results, spec)
+    lines = remedies.summary_lines(results)
+    fixed = sum(1 for r in results if r.status is Status.FAIL) - 1
+    assert lines == [f"fix: {fixed} finding(s) go when roles limits, network are applied (playbooks/site.yml --tags "
+                     "limits,network, or `tunefleet fix REPORT_DIR`)",
+                     "fix: 1 finding(s) need an inventory change or an action (their Fix line)"]
+    assert remedies.summary_lines([r for r in results if r.status is Status.PASS]) == []

@@ -299,3 +299,19 @@ def remedy_of(result: dict) -> Optional[dict]:
     details = result.get("details") if isinstance(result, dict) else None
     remedy = details.get(REMEDY_KEY) if isinstance(details, dict) else None
     return remedy if isinstance(remedy, dict) and remedy.get("kind") in KINDS else None
+
+
+def summary_lines(results: list) -> list:
+    """One line for a person at the end of a run: the roles whose apply removes its findings, and how many
+    findings no role removes ([] when there is no finding)."""
+    found = [r for r in results if r.status in (Status.FAIL, Status.WARN)]
+    remedies = [remedy_of(r.to_dict()) if isinstance(r, CheckResult) else remedy_of(r) for r in found]
+    roles = sorted({m["role"] for m in remedies if m and m["kind"] == ROLE and m.get("fixable")})
+    fixed = sum(1 for m in remedies if m and m["kind"] == ROLE and m.get("fixable"))
+    lines = []
+    if roles:
+        lines.append(f"fix: {fixed} finding(s) go when roles {', '.join(roles)} are applied ({SITE} --tags "
+                     f"{','.join(roles)}, or `tunefleet fix REPORT_DIR`)")
+    if len(found) > fixed:
+        lines.append(f"fix: {len(found) - fixed} finding(s) need an inventory change or an action (their Fix line)")
+    return lines

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 
+from verify.judging import remedies
 from verify.report import action_label, action_note, for_people, host_of, one_line, people_counts, summary_of
 from verify.report.bench_phase import lines as bench_lines
 
@@ -77,7 +78,9 @@ def render(report: dict, width: int = 0, colour: bool = False) -> str:
     _, code = summary_of(report)
     tally = "  ".join(f"{status} {count}" for status, count in people_counts(report).items())
     note = action_note(report)
-    closing = [*bench_lines(report), f"{host_of(report)}: {tally}  {note + '  ' if note else ''}(exit code {code})"]
+    fixes = remedies.summary_lines(results)  # the roles whose apply removes the findings (issue 49)
+    closing = [*bench_lines(report), *fixes,
+               f"{host_of(report)}: {tally}  {note + '  ' if note else ''}(exit code {code})"]
     lines.append("")
     for line in closing:  # a long line goes on under an indent, inside the width like the table
         if len(line) <= width:
