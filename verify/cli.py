@@ -20,7 +20,8 @@ from verify import __version__
 from verify.result import EXIT_CODES_HELP, EXIT_INTERNAL_ERROR
 
 FORMATS = ("json", "md", "html", "junit", "prom")
-VERBS = ("verify", "report", "baseline", "bench", "history", "ack", "check", "profiles", "spec", "compare", "fix")
+VERBS = ("verify", "report", "baseline", "bench", "history", "ack", "check", "profiles", "spec", "compare", "fix",
+         "site", "restore")
 
 
 def verb_of(argv: Sequence[str]) -> Optional[str]:
@@ -69,6 +70,10 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
         from verify.fleet.compare import add_parser as add_compare_parser
 
         add_compare_parser(sub)
+    if wanted("site") or wanted("restore"):
+        from verify.fleet.apply import add_parsers as add_apply_parsers
+
+        add_apply_parsers(sub)
     if wanted("fix"):
         from verify.fleet.fix import add_parser as add_fix_parser
 
@@ -239,6 +244,8 @@ def dispatch(args: argparse.Namespace) -> int:
         from verify.history.ack import main as run
     elif args.command == "check":
         from verify.scheduler.cli import main as run
+    elif args.command in ("site", "restore"):
+        from verify.fleet.apply import main as run
     elif args.command == "fix":
         from verify.fleet.fix import main as run
     elif args.command == "compare":

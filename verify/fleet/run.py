@@ -10,6 +10,7 @@ the caller's never reaches it (docs/security.md, rule 3).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import tempfile
@@ -21,7 +22,13 @@ from verify.fleet.model import FLEET_REPORT_MAX_BYTES
 from verify.fleet.rerun import report_missing
 from verify.result import EXIT_COULD_NOT_CHECK, EXIT_FAILED, EXIT_OK
 from verify.runner import DEFAULT_CWD, CleanEnv, clean_env, run_command
-from verify.safe_io import check_dir_trusted, check_file_trusted, open_trusted_dir
+from verify.safe_io import (
+    check_dir_trusted,
+    check_file_trusted,
+    check_not_option,
+    check_plain_component,
+    open_trusted_dir,
+)
 
 PLAYBOOK = "playbooks/verify.yml"
 # Events worth a line: a task finishing on a host, or a host dropping out.
@@ -53,17 +60,52 @@ class Progress:
         if kind == "runner_on_unreachable":
             self.unreachable.add(host)
         if word in ("FAILED", "UNREACHABLE"):
-            message = _message(data.get("res") or {})
+            message = failure_message(data.get("res") or {})
             self.failed.setdefault(host, []).append(f"{task}: {message}")
-            self.write(f"  {host:24} {word:11} {task}: {message}")
+            self.write(indented(f"  {host:24} {word:11} {task}: {message}", "  " + " " * 37))
         elif self.verbose or word == "ok":
             self.write(f"  {host:24} {word:11} {task}")
         return True
 
 
-def _message(res: dict) -> str:
-    text = res.get("msg") or res.get("stderr") or res.get("module_stderr") or ""
-    return str(text).strip().splitlines()[-1][:200] if str(text).strip() else "(no message)"
+# Ansible's own words when a task failed without saying why; the reason is then in the task's stderr.
+GENERIC_MESSAGES = ("non-zero return code", "MODULE FAILURE", "One or more items failed")
+MESSAGE_MAX_LINES = 40
+LINE_MAX_CHARS = 400
+
+
+def failure_message(res: dict) -> str:
+    """What a failed task said, whole: its msg, or its stderr where msg is Ansible's generic one (a command's
+    "non-zero return code"), or each failed loop item's. Lines are kept (a preflight refusal lists one
+    problem a line), each cut at a word, never mid-word, and the count bounded."""
+    msg = str(res.get("msg") or "").strip()
+    detail = str(res.get("stderr") or res.get("module_stderr") or "").strip()
+    items = [failure_message(item) for item in res.get("results") or []
+             if isinstance(item, dict) and item.get("failed")]
+    if items and (not msg or msg.startswith(GENERIC_MESSAGES)):
+        text = "\n".join(items)
+    elif detail and (not msg or msg.startswith(GENERIC_MESSAGES)):
+        text = f"{msg}: {detail}" if msg else detail
+    else:
+        text = msg or detail or str(res.get("stdout") or "").strip()
+    lines = [word_cut(line.rstrip(), LINE_MAX_CHARS) for line in text.splitlines() if line.strip()]
+    if len(lines) > MESSAGE_MAX_LINES:
+        lines = lines[:MESSAGE_MAX_LINES] + [f"(and {len(lines) - MESSAGE_MAX_LINES} more lines)"]
+    return "\n".join(lines) or "(no message)"
+
+
+def word_cut(text: str, limit: int) -> str:
+    """text, or its first words within limit and an ellipsis: never a word cut in two."""
+    if len(text) <= limit:
+        return text
+    head = text[:limit].rsplit(" ", 1)[0] if " " in text[:limit] else text[:limit]
+    return head.rstrip() + " …"
+
+
+def indented(text: str, margin: str) -> str:
+    """A message's later lines under its first, so a multi-line reason stays with its host."""
+    first, *rest = text.split("\n")
+    return "\n".join([first] + [margin + line for line in rest])
 
 
 INVENTORY_TIMEOUT_S = 300  # a dynamic inventory asks a cloud API; a hung one must not hang the run
@@ -74,26 +116,67 @@ RUNNER_OWN_KEYS = ("ANSIBLE_STDOUT_CALLBACK", "ANSIBLE_RETRY_FILES_ENABLED", "AW
                    "RUNNER_ONLY_FAILED_EVENTS")
 
 
-def ansible_env(home: Path, extra: Optional[dict] = None) -> CleanEnv:
+COLLECTION = ("ansible_collections", "tunefleet", "gpu_node")
+# After the collection's own root, the places ansible.cfg names besides the checkout's `make` link.
+DEFAULT_COLLECTION_PATHS = ("~/.ansible/collections", "/usr/share/ansible/collections")
+
+
+def collection_root(home: Path, scratch: Optional[str] = None) -> Optional[Path]:
+    """The directory that holds this tunefleet as the collection tunefleet.gpu_node, so the playbooks'
+    tunefleet.gpu_node.* modules and filters resolve whatever the install form: an installed collection
+    (`ansible-galaxy collection install -p DIR`: DIR) is its own; a checkout (no `make` needed) gets a link
+    in `scratch`, a private directory of this run (mkdtemp, 0700), pointing at it. The caller's
+    ANSIBLE_COLLECTIONS_PATH is not read: nothing from the caller's environment reaches a command run
+    as root (docs/security.md, rule 3)."""
+    if home.parts[-3:] == COLLECTION:
+        return home.parents[2]
+    return None if scratch is None else Path(scratch) / "collections"
+
+
+def link_collection(home: Path, root: Optional[Path]) -> None:
+    """Make collection_root's link for a checkout (nothing for an installed collection) before Ansible
+    starts: each directory and the link made by descriptor inside the run's private scratch directory."""
+    if root is None or home.parts[-3:] == COLLECTION:
+        return
+    fd = os.open(str(root.parent), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        for name in (root.name,) + COLLECTION[:-1]:
+            with contextlib.suppress(FileExistsError):  # O_NOFOLLOW below: only a directory is entered
+                os.mkdir(name, 0o700, dir_fd=fd)
+            child = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = child
+        with contextlib.suppress(FileExistsError):
+            os.symlink(str(home), COLLECTION[-1], dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def ansible_env(home: Path, extra: Optional[dict] = None, collections: Optional[Path] = None) -> CleanEnv:
     """The whole environment of an Ansible command: verify.runner.clean_env with ansible-playbook and
     friends from this tunefleet's own venv first, and the project's ansible.cfg pinned (never one in
-    the caller's cwd). Host keys stay checked: ansible-runner turns checking off unless told."""
-    return clean_env(dict({"ANSIBLE_CONFIG": str(home / "ansible.cfg"), "ANSIBLE_ROLES_PATH": str(home / "roles"),
-                           "TUNEFLEET_HOME": str(home), "PYTHONPATH": str(home), "ANSIBLE_FORCE_COLOR": "0",
-                           "ANSIBLE_HOST_KEY_CHECKING": "True"}, **(extra or {})), interpreter_first=True)
+    the caller's cwd). Host keys stay checked: ansible-runner turns checking off unless told.
+    `collections` (collection_root) is searched first for tunefleet.gpu_node."""
+    own = {"ANSIBLE_CONFIG": str(home / "ansible.cfg"), "ANSIBLE_ROLES_PATH": str(home / "roles"),
+           "TUNEFLEET_HOME": str(home), "PYTHONPATH": str(home), "ANSIBLE_FORCE_COLOR": "0",
+           "ANSIBLE_HOST_KEY_CHECKING": "True"}
+    if collections is not None:
+        own["ANSIBLE_COLLECTIONS_PATH"] = ":".join((str(collections),) + DEFAULT_COLLECTION_PATHS)
+    return clean_env(dict(own, **(extra or {})), interpreter_first=True)
 
 
-def pinned_runner_env(runner_env: dict, home: Path, callback_dir: str) -> CleanEnv:
+def pinned_runner_env(runner_env: dict, home: Path, callback_dir: str,
+                      collections: Optional[Path] = None) -> CleanEnv:
     """ansible-runner's prepared environment (the caller's, plus its own keys) reduced to ansible_env
     plus the keys ansible-runner needs for its events."""
-    env = ansible_env(home)
+    env = ansible_env(home, collections=collections)
     env.update({key: runner_env[key] for key in RUNNER_OWN_KEYS if key in runner_env})
     env["ANSIBLE_CALLBACK_PLUGINS"] = callback_dir  # never joined with the caller's plugin directories
     return env
 
 
 def runner_kwargs(args, home: Path, run_dir: Path, work: str, progress: Progress) -> dict:
-    env = dict(ansible_env(home))
+    env = dict(ansible_env(home, collections=collection_root(home, work)))
     kwargs = {
         "private_data_dir": work,
         "playbook": str(home / PLAYBOOK),
@@ -156,13 +239,18 @@ def main(args) -> int:
         print(f"tunefleet verify: report directory {args.out}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     progress = Progress(verbose=not args.quiet)
-    with tempfile.TemporaryDirectory(prefix="tunefleet-runner-", dir=runner_scratch_parent()) as work:
-        outcome = run_playbook(runner_kwargs(args, home, run_dir, work, progress), home)
+    outcome = run_in_scratch(lambda work: runner_kwargs(args, home, run_dir, work, progress), home)
     # Recorded on the controller (nodes keep none: noderun passes --no-history), the fleet report rebuilt
     # with each host's regressions against its own past, the verdicts acted on (verify.history).
     finish_fleet(history, str(run_dir))
     judge_against_baseline(args, run_dir)
     return finish(outcome.rc, outcome.status, run_dir, progress, hosts=hosts, inventory=args.inventory)
+
+
+def run_in_scratch(make_kwargs: Callable[[str], dict], home: Path):
+    """run_playbook with ansible-runner's private directory made for this run and removed after it."""
+    with tempfile.TemporaryDirectory(prefix="tunefleet-runner-", dir=runner_scratch_parent()) as work:
+        return run_playbook(make_kwargs(work), home)
 
 
 def runner_scratch_parent() -> str:
@@ -179,7 +267,9 @@ def run_playbook(kwargs: dict, home: Path):
     from ansible_runner.utils import get_callback_dir
 
     runner = init_runner(**kwargs)
-    runner.config.env = dict(pinned_runner_env(runner.config.env, home, get_callback_dir()))
+    collections = collection_root(home, kwargs["private_data_dir"])
+    link_collection(home, collections)
+    runner.config.env = dict(pinned_runner_env(runner.config.env, home, get_callback_dir(), collections))
     runner.run()
     return runner
 
@@ -270,6 +360,12 @@ def check_inventory(inventory: str, limit: Optional[str] = None, home: Optional[
     if not hosts:
         where = f" matching --limit {limit}" if limit else ""
         raise InventoryError(f"inventory {inventory} has no hosts{where}")
+    for host in hosts:
+        try:  # the rules verify.fleet.rundir applies in the play, here before it starts
+            check_plain_component(host, "host name")  # <run>/<host> must stay inside the run directory
+            check_not_option(host, "host name")  # it reaches ssh, perftest and torchrun argv
+        except ValueError as exc:
+            raise InventoryError(f"inventory {inventory}: {exc}") from None
     return hosts
 
 
@@ -281,7 +377,7 @@ def finish(rc: int, status: str, run_dir: Path, progress: Progress, write: Calla
     if not report.is_file():
         write(f"tunefleet verify: the playbook ended {status} (rc {rc}) before the fleet report was written")
         for host, problems in sorted(progress.failed.items()):
-            write(f"  {host}: {problems[-1]}")
+            write(indented(f"  {host}: {problems[-1]}", "    "))
         for line in report_missing(str(run_dir), inventory, hosts):
             write(f"  {line}")
         return EXIT_COULD_NOT_CHECK
@@ -299,13 +395,13 @@ def finish(rc: int, status: str, run_dir: Path, progress: Progress, write: Calla
         if entry["worst"] in ("FAIL", "ERROR") and entry["problems"]:
             first = entry["problems"][0]
             write(f"  {entry['worst']:5} {entry['host']}: {first['check_id']}: {first['reason']}")
+    from verify.fleet.fix import fleet_end_lines
+
+    for line in fleet_end_lines(str(run_dir), inventory, hosts):  # what `tunefleet fix` would do (issue 49)
+        write(line)
     if data["bad_hosts"]:
         return EXIT_FAILED
     # A host that never reported, or a task Ansible could not finish, is "could not check".
     if progress.unreachable or rc not in (0, None) or data["load_errors"]:
         return EXIT_COULD_NOT_CHECK
     return EXIT_OK
-    from verify.fleet.fix import fleet_end_lines
-
-    for line in fleet_end_lines(str(run_dir), inventory, hosts):  # what `tunefleet fix` would do (issue 49)
-        write(line)
