@@ -213,3 +213,19 @@ def test_a_run_directory_with_no_reports_is_bad_input(tmp_path):
 def test_bad_max_age_is_refused(text):
     with pytest.raises(ValueError, match="--max-age"):
         fix.parse_age(text)
+
+
+def test_the_plan_playbooks_fix_yml_reads_is_the_same_plan(tmp_path, capsys):
+    directory = _fleet(tmp_path, {"a": _report(tmp_path, "a", hardware=True), "c": _report(tmp_path, "c", clean=True)})
+    assert fix.plan_main([directory]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["hosts"] == {"a": ["limits", "network"]} and printed["kind"] == "fleet"
+    assert len(printed["apart"]) == 1 and "health.gpu.xid" in printed["apart"][0]
+    assert fix.plan_main([directory, "--max-age", "1s"]) in (0, 2)  # the reports were made a moment ago
+    assert fix.plan_main([str(tmp_path / "nowhere")]) == 2
+
+
+def test_playbooks_fix_yml_asks_the_same_module_and_applies_only_the_planned_roles():
+    text = (Path(__file__).resolve().parents[2] / "playbooks" / "fix.yml").read_text()
+    assert "verify.fleet.fix" in text and "tunefleet_reboot_policy: never" in text
+    assert "loop: \"{{ tunefleet_fix_roles }}\"" in text and "hosts: tunefleet_fix" in text

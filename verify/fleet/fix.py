@@ -507,3 +507,26 @@ def main(args, player: Optional[Callable] = None, write: Callable[[str], None] =
     if changes.failed or still:
         return EXIT_FAILED
     return EXIT_OK if after else EXIT_COULD_NOT_CHECK
+
+
+def plan_main(argv: Optional[Sequence[str]] = None) -> int:
+    """`python3 -m verify.fleet.fix RUN_DIR [--max-age AGE]`: the plan as JSON ({"hosts": {host: [roles]},
+    "apart": [line]}), refused as `tunefleet fix` refuses (exit 2): what playbooks/fix.yml runs on the controller."""
+    parser = argparse.ArgumentParser(prog="python3 -m verify.fleet.fix")
+    parser.add_argument("directory")
+    parser.add_argument("--max-age", default=DEFAULT_MAX_AGE)
+    args = parser.parse_args(argv)
+    try:
+        run = load_run(args.directory)
+        check_age(run, parse_age(args.max_age))
+        plans = plan(findings_of(run))
+    except (FixRefused, ValueError, OSError) as exc:
+        print(f"tunefleet fix: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(json.dumps({"kind": run.kind, "hosts": {p.host: p.roles for p in plans if p.roles},
+                      "apart": [f.line() for p in plans for f in p.apart]}))
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(plan_main())
