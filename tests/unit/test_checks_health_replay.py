@@ -24,7 +24,8 @@ MACHINES = ("h100x1", "h200x2")
 # Health checks registered after the machines were captured (their results are not in health_checks.json):
 # the replay compares the recorded ones; each added check has its own tests on these captures.
 ADDED_AFTER_CAPTURE = {"health.fabric": "issue 31 (tests/unit/test_fabric_checks.py)",
-                       "health.p2p": "issue 31 (tests/unit/test_peer_access.py)"}
+                       "health.p2p": "issue 31 (tests/unit/test_peer_access.py)",
+                       "health.aer": "issue 46 (tests/unit/test_checks_health_aer.py)"}
 HEALTH_CHECKS = [name for name in REGISTRY if name.startswith("health") and name not in ADDED_AFTER_CAPTURE]
 
 

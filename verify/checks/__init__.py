@@ -35,6 +35,7 @@ REGISTRY = {
     "health.gpu.memory": ("health", "verify.checks.health_gpu:run_memory"),
     "health.gpu.clocks": ("health", "verify.checks.health_gpu:run_clocks"),
     "health.pcie": ("health", "verify.checks.health_pcie:run"),
+    "health.aer": ("health", "verify.checks.health_aer:run"),
     "health.nvlink": ("health", "verify.checks.health_nvlink:run"),
     "health.ib": ("health", "verify.checks.health_ib:run"),
     "health.topology": ("health", "verify.checks.health_topology:run"),

@@ -35,15 +35,17 @@ from verify.checks.common import result, skip
 from verify.checks.health_common import RESEAT, ROLE
 from verify.facts.kernel_log import (
     boot_time_utc,
+    driver_faults,
     lost_events,
     read_kernel_log,
     resets,
     sxid_events,
+    unread_lines,
     when_utc,
     xid_events,
 )
-from verify.facts.pci import gpu_indices, live_reason, nvidia_gpus_on_bus
-from verify.judging import verdicts
+from verify.facts.pci import gpu_indices, live_reason, nvidia_gpus_on_bus, short_bdf
+from verify.judging import kernel_faults, verdicts
 from verify.judging.xid_catalog import lookup, recovery_action
 from verify.node import Node
 from verify.result import Status
@@ -78,6 +80,24 @@ def incidents(events: list, marks: list = ()) -> int:
     return len(spans)
 
 
+def seconds(record) -> Optional[float]:
+    """When a record was printed, in seconds on the log's own clock (boot-relative where the log has it,
+    else its wall clock); None undated. Bursts and repeats are measured on it."""
+    if record.uptime_s is not None:
+        return record.uptime_s
+    return record.utc.timestamp() if record.utc is not None else None
+
+
+def repeats_of(events: list) -> int:
+    """How many bursts of one fault (kernel_faults.bursts) the events make within the repeat window."""
+    return kernel_faults.repeats([seconds(e.record) for e in events])
+
+
+def repeat_words(count: int) -> str:
+    return (f"repeated: {count} bursts within {kernel_faults.REPEAT_WINDOW_S / 3600:g} h with no reset between "
+            f"({kernel_faults.REPEAT_SOURCE})")
+
+
 def _code_key(code: Optional[int]) -> str:
     return UNREADABLE if code is None else str(code)
 
@@ -94,12 +114,17 @@ def judge_events(bus: str, events: list, gpu_index, source: str, lost: tuple = N
         by_code.setdefault(event.code, []).append(event)
     resettable = [e for e in events if classify(e.code, e.record.line)[0] == verdicts.RESET_GPU]
     seen_in = incidents(resettable, marks)
-    xids, parts, classes, process = {}, [], [], None
+    xids, parts, classes, process, bursts = {}, [], [], None, {}
     for code, seen in sorted(by_code.items(), key=lambda item: (item[0] is None, item[0] or 0)):
         last = seen[-1].record.line
         action, what = classify(code, last)
         if seen_in > 1 and action == verdicts.RESET_GPU:
             action, what = verdicts.recurred(action, seen_in), f"{what}; {verdicts.RECURS} ({seen_in} incidents)"
+        if action == verdicts.RESET_GPU:
+            repeated = repeats_of(seen)
+            bursts[_code_key(code)] = repeated
+            if repeated >= kernel_faults.REPEAT_BURSTS:
+                action, what = kernel_faults.REPEAT_ACTION, f"{what}; {repeat_words(repeated)}"
         if action == verdicts.APPLICATION:
             named = next((verdicts.process_named(e.record.line) for e in reversed(seen)
                           if verdicts.process_named(e.record.line)), None)
@@ -116,6 +141,8 @@ def judge_events(bus: str, events: list, gpu_index, source: str, lost: tuple = N
     details = {"bus_id": bus, "source": source, "xids": xids}
     if resettable:
         details["incidents"] = seen_in
+    if bursts:
+        details["bursts"] = bursts
     if earlier:
         details["before_lookback"] = {_code_key(e.code): {"count": sum(x.code == e.code for x in earlier),
                                                           "last": e.record.line} for e in earlier}
@@ -157,6 +184,98 @@ def judge_sxids(bus: str, events: list, source: str, since: str = "boot"):
     return result(f"health.nvswitch.sxid.{bus}", ROLE, verdicts.status_of(action), f"no SXid since {since}", said,
                   f"NVSwitch {switch} ({bus}): {said} since {since} ({source})", details=details,
                   fix=verdicts.remedy(action, bus, f"NVSwitch {switch} ({bus})"))
+
+
+NODE = "node"  # the target of a driver failure whose lines name no GPU
+
+
+def attribute(faults: list, xid_buses: dict) -> dict:
+    """{bus or NODE: [DriverFault]}: a line that names no GPU joins a GPU-named line in the same burst (of its
+    own family first, then the nearest; undated: within three lines); a GSP timeout on a GPU that logged Xid
+    119/120 is that Xid's own line (judged in its row, never twice). xid_buses: bus -> its Xid codes."""
+    named = [f for f in faults if f.bus]
+    found: dict = {}
+    for fault in faults:
+        target = fault.bus
+        if target is None:
+            near = [f for f in named if _same_burst(f.record, fault.record)]
+            near.sort(key=lambda f: (f.fault.family != fault.fault.family, abs(f.record.seq - fault.record.seq)))
+            target = near[0].bus if near else None
+        if fault.fault.key == "gsp-timeout":
+            gsp_xids = [bus for bus, codes in xid_buses.items() if codes & GSP_XIDS]
+            if (target and target in gsp_xids) or (target is None and gsp_xids):
+                continue
+        found.setdefault(target or NODE, []).append(fault)
+    return found
+
+
+GSP_XIDS = {119, 120}
+
+
+def _same_burst(one, other) -> bool:
+    """Two records of one failure: within the burst gap, or (undated) within three lines of each other."""
+    first, second = seconds(one), seconds(other)
+    if first is not None and second is not None:
+        return abs(first - second) <= kernel_faults.BURST_GAP_S
+    return abs(one.seq - other.seq) <= 3
+
+
+def missing_gpus(node: Node, indices: dict) -> list:
+    """GPUs on the PCI bus that the driver's list (NVML / nvidia-smi) lacks: a GPU that never initialised.
+    [] when the driver's list is not at hand (nothing can be told missing then)."""
+    if not indices:
+        return []
+    return [address for address in nvidia_gpus_on_bus(node) if short_bdf(address) not in indices]
+
+
+def judge_driver_faults(target: str, faults: list, indices: dict, source: str, since: str, missing: list):
+    """One GPU's (or the node's) driver failures that are not Xids -> one result, each class with its action
+    (verify.judging.kernel_faults.DRIVER_FAULTS) and the repeat rule for reset-class faults."""
+    by_class: dict = {}
+    for fault in faults:
+        by_class.setdefault(fault.fault.key, []).append(fault)
+    parts, classes, found = [], [], {}
+    for key, seen in by_class.items():
+        fault = seen[0].fault
+        action, what, repeated = fault.action, fault.what, repeats_of(seen)
+        if fault.reset_class and repeated >= kernel_faults.REPEAT_BURSTS:
+            action, what = kernel_faults.REPEAT_ACTION, f"{what}; {repeat_words(repeated)}"
+        classes.append(action)
+        parts.append(f"{what} x{len(seen)} ({action})")
+        found[key] = {"count": len(seen), "bursts": repeated, "last": seen[-1].record.line[:300],
+                      verdicts.ACTION_KEY: action, "source": fault.source}
+    details = {"source": source, "faults": found}
+    if target == NODE:
+        name, index = "the node", "<each GPU>"
+        if missing:
+            details["missing_from_driver"] = missing
+            parts.append(f"{len(missing)} GPU(s) on the PCI bus missing from the driver's list: {', '.join(missing)}")
+            classes.append(verdicts.REBOOT)
+    else:
+        details["bus_id"] = target
+        index = indices.get(target)
+        name = f"GPU {index} ({target})" if index is not None else f"GPU at {target}"
+        index = index if index is not None else target
+    action = verdicts.worst(classes)
+    details[verdicts.ACTION_KEY] = action
+    said = "; ".join(parts)
+    return result(f"health.gpu.driver.{target}", ROLE, verdicts.status_of(action),
+                  f"no driver failure since {since}", said, f"{name}: {said} since {since} ({source})",
+                  details=details, fix=verdicts.remedy(action, index, name))
+
+
+def unread_result(lines: list, source: str):
+    """WARN naming how many lines that name a judged record could not be read, with two of them: a log the
+    reader cannot place is never judged healthy in silence."""
+    examples = [line[:160] for line in lines[:2]]
+    return result("health.kernel_log.unread", ROLE, Status.WARN, "every kernel record read",
+                  f"{len(lines)} line(s) unread",
+                  f"{len(lines)} lines could not be read ({source}): their prefix is none the reader knows, e.g. "
+                  + "; ".join(repr(e) for e in examples),
+                  details={"count": len(lines), "examples": examples, "source": source,
+                           verdicts.ACTION_KEY: verdicts.WATCH},
+                  fix="the Xid / AER checks did not read these lines: read the log with dmesg or journalctl, or "
+                      "report its format to tunefleet")
 
 
 def lookback(node: Node) -> tuple:
@@ -212,6 +331,17 @@ def run(spec: dict, node: Node) -> list:
         if not is_history(event.record):
             switches.setdefault(event.bus, []).append(event)
     results += [judge_sxids(bus, events, source, since_what) for bus, events in sorted(switches.items())]
+    faults = [f for f in driver_faults(log) if not is_history(f.record)]
+    if faults:
+        indices = gpu_indices(node)
+        codes = {bus: {e.code for e in events} for bus, events in judged.items()}
+        targets = attribute(faults, codes)
+        missing = missing_gpus(node, indices) if NODE in targets else []
+        results += [judge_driver_faults(target, found, indices, source, since_what, missing)
+            for target, found in sorted(targets.items())]
+    unread = unread_lines(log)
+    if unread:
+        results.append(unread_result(unread, source))
     if since:
         for each in results:
             each.details["lookback"] = {"since_utc": since.isoformat(), "source": since_what}

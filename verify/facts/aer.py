@@ -72,6 +72,7 @@ class AerEvent:
     errors: list = field(default_factory=list)  # ["SDES", "CmpltTO"]
     recovery: str = ""  # "can't recover", "device recovery failed", "DPC containment"
     source: str = ""  # the device a root port says sent it ("received from 0000:00:00.0")
+    received: bool = False  # a root port's "error received" line: the notice, the record follows it
     line: str = ""
     uptime_s: Optional[float] = None
     utc: object = None
@@ -102,7 +103,7 @@ def aer_events(records: list) -> list:
             words = received.group("severity") + (f" ({received.group('kind')})" if received.group("kind") else "")
             source = (received.group("source") or "").lower()
             found.append(AerEvent(severity=severity_of(words), source=source if not source.startswith("id=") else "",
-                                  **base))
+                                  received=True, **base))
         elif bit and device in last_by_device:
             last_by_device[device].errors.append(" ".join(bit.group("name").split()))
         elif _CANT_RECOVER.match(rest) or _RECOVERY_FAILED.match(rest) or _DPC.match(rest):
@@ -110,6 +111,13 @@ def aer_events(records: list) -> list:
                      "device recovery failed" if _RECOVERY_FAILED.match(rest) else "DPC containment")
             found.append(AerEvent(severity=None, recovery=words, **base))
     return found
+
+
+def distinct(events: list) -> list:
+    """The events less the root ports' "received" notices whose severity a record of the same failure gives
+    (one error, one event): a notice alone (no record followed it) is kept."""
+    recorded = {e.severity for e in events if not e.received}
+    return [e for e in events if not e.received or e.severity not in recorded]
 
 
 def parse_counters(text: str) -> Optional[dict]:

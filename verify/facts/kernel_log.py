@@ -100,9 +100,9 @@ _KERNEL_UPTIME = re.compile(r"\[\s{0,12}(?P<uptime>\d{1,10}\.\d{1,9})\] ")
 _CALLER = re.compile(r"\[\s{0,10}[TC]\d{1,10}\] ")
 # What a judged message starts with (after its prefix); seen later in a line, it is a record not placed
 _MARKERS = re.compile(r"NVRM: |SXid \(PCI:|PCIe Bus Error|\bAER: |fallen off the bus")
-# Another subsystem's own head ("usb 1-1: ", "pcieport 0000:00:01.0: ", "audit: "): a quote inside its
+# Another subsystem's own head ("usb 1-1: ", "pcieport 0000:00:01.0: ", "audit: ", "python3[4242]: "): a quote in its
 # message is that subsystem's record, read and placed, not an unread prefix
-_SUBSYSTEM_HEAD = re.compile(r"^[A-Za-z][\w.:-]{0,63}(?: [^\s]{1,64})?: ")
+_SUBSYSTEM_HEAD = re.compile(r"^[A-Za-z][\w.:\[\]-]{0,63}(?: [^\s]{1,64})?: ")
 KERNEL_FACILITY = 0
 
 
@@ -299,8 +299,10 @@ def _peel_json(text: str, clock: _Clock, depth: int) -> Optional[_Peeled]:
         try:
             if realtime is not None:
                 inner.utc = datetime.fromtimestamp(realtime, timezone.utc)
-            elif isinstance(found.get("time"), str):
-                inner.utc = _iso_utc(found["time"][:40])
+            else:
+                stamp = next((found[k] for k in ("time", "timestamp", "@timestamp") if isinstance(found.get(k), str)),
+                             None)
+                inner.utc = _iso_utc(stamp[:40]) if stamp else None
         except (ValueError, OverflowError, OSError):
             pass
     return inner
@@ -362,6 +364,8 @@ _XID = re.compile(r"^Xid \(PCI:([0-9a-fA-F:.]{1,24})\): (\d+),?\s*(.*)")
 _BUS = r"([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])"
 _LOST_PROBE = re.compile(r"^The NVIDIA GPU " + _BUS + r"\b")
 _LOST_PROBE_END = "fallen off the bus and is not responding to commands"
+# the message's own later lines, whatever stamps a wrapper that splits them gave them
+_LOST_PROBE_LINES = ("(PCI ID: ", "fallen off the bus and is not responding")
 _LOST_RUNTIME = re.compile(r"^GPU " + _BUS + r": GPU has fallen off the bus")
 # What tells that a GPU was reset or the driver reloaded, from the driver's own records:
 # - the module banner "NVRM: loading NVIDIA UNIX ... Kernel Module" (a driver load: every GPU starts anew);
@@ -540,7 +544,8 @@ def lost_events(log: str) -> list:
             # the message's own three lines only (continuations, or lines of the same stamp): the next record
             # may be about another GPU
             lines = [record.line] + [r.line for r in records[i + 1:i + 3]
-                                     if r.continuation or (r.uptime_s, r.utc) == (record.uptime_s, record.utc)]
+                                     if r.continuation or (r.uptime_s, r.utc) == (record.uptime_s, record.utc)
+                                     or r.message.startswith(_LOST_PROBE_LINES)]
             message = " ".join(lines)
             if _LOST_PROBE_END not in message:
                 continue

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from verify.judging.thresholds import Threshold
-from verify.judging.verdicts import REBOOT, RESET_GPU
+from verify.judging.verdicts import REBOOT, RESET_GPU, WATCH
 
 _BDF = r"(?P<bus>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)"
 
@@ -96,8 +96,11 @@ AER_LOST_ACTION = REBOOT
 # not a fault; a storm above that rate is a WARN (watch: reseat when it persists). Never a FAIL: corrected.
 AER_CORRECTED_PER_MIN = Threshold(limit=8.0, kind="max", source=(
     "DCGM DCGM_LIMIT_MAX_PCIREPLAY_RATE: 8 PCIe replays per minute, the most RM recommends (health watch WARN)"))
-AER_STORM_ACTION = "watch"
+AER_STORM_ACTION = WATCH
 AER_LOST_WORDS = "reseat the card or riser at {what} and check the slot; RMA if it recurs"
+
+
+_NAMED_GPU = re.compile(rf"^(?:GPU |GPU at PCI:){_BDF}")
 
 
 def driver_fault(message: str) -> Optional[tuple]:
@@ -110,8 +113,8 @@ def driver_fault(message: str) -> Optional[tuple]:
         if match:
             bus = match.groupdict().get("bus")
             if bus is None:  # the driver's NV_DEV_PRINTF prefix names the GPU on other lines of the class
-                named = re.match(rf"^GPU {_BDF}: |^GPU at PCI:{_BDF}", message)
-                bus = named and (named.group(1) or named.group(2))
+                named = _NAMED_GPU.match(message)
+                bus = named.group("bus") if named else None
             return fault, bus
     return None
 
