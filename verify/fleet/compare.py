@@ -302,7 +302,8 @@ def _node_moves(before: Side, after: Side, keys: list, groups_before: dict, grou
             sd = maths.relative_sd(readings)
             if sd is not None:
                 own_sd[host] = sd
-        moves += [(key, move) for move in maths.node_changes(groups_before[key], groups_after[key], own_sd)]
+        moves += [(key, move) for move in maths.node_changes(groups_before[key], groups_after[key], own_sd,
+                                                             settings.alpha)]
     maths.judge_moves([m for _, m in moves], settings.alpha)
     per_host: dict = {}
     for key, move in moves:
@@ -440,10 +441,11 @@ def _method(settings: Settings, per_run: bool) -> dict:
         "alpha": settings.alpha,
         "min_shift_percent": settings.min_shift_percent,
         "min_samples": maths.MIN_SAMPLES,
-        "node_noise": "sqrt(2) x the node's own relative sd (1.4826 MAD / median of its readings, 3 or more) or the "
-                      "fleet's spread of relative changes (1.4826 MAD); z = change / noise (beyond its noise) and "
-                      "(change - the fleet's median change) / noise (apart from the fleet), each Holm-corrected over "
-                      f"every node-figure at {settings.alpha:g}",
+        "node_noise": "sqrt(2) x the relative sd of the node's own readings (3 or more) or the sd of the fleet's "
+                      "relative changes (nodes beyond modified z 3.5 left out); z = change / noise (beyond its noise) "
+                      "and (change - the fleet's median change) / noise (apart from the fleet), p from Student's t "
+                      f"with the estimate's degrees of freedom, each Holm-corrected over every node-figure at "
+                      f"{settings.alpha:g}",
         "health": HEALTH_FORMULA,
     }
 

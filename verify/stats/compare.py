@@ -16,11 +16,13 @@ The methods, each a textbook one so a reader can check it:
 - Many figures: Holm's step-down correction (Holm, 1979, "A simple sequentially rejective multiple test
   procedure", Scand. J. Statist. 6:65-70), which holds the chance of any false finding among all the
   figures compared at alpha, whatever their dependence.
-- Nodes: a node's relative change judged against the noise of a difference of two of its readings,
-  sqrt(2) * sigma, sigma from its own readings (1.4826 * MAD / median, the normal-consistent MAD) or, where it
-  has none, from the fleet's spread of changes (1.4826 * MAD of every node's relative change, which is the
-  noise of a difference already); z = change / noise, p from the normal, Holm over every node-figure. The same
-  with the fleet's median change taken off says whether the node moved apart from the fleet or with it.
+- Nodes: a node's relative change against the noise of a difference of two of its readings: sqrt(2) times
+  the relative standard deviation of its own readings (MIN_READINGS or more) or, where it has none, the
+  standard deviation of every node's relative change (which is the noise of a difference already), the nodes
+  beyond the fleet outlier rule's modified z left out of it. z = change / noise, and (change - the fleet's
+  median change) / noise for "apart from the fleet"; p from Student's t with the estimate's degrees of
+  freedom (a noise read from 40 nodes or 5 runs is itself uncertain: the normal would call too many), Holm over
+  every node-figure.
 """
 from __future__ import annotations
 
@@ -29,13 +31,14 @@ from bisect import bisect_left
 from dataclasses import dataclass
 from itertools import repeat
 from operator import sub
-from statistics import NormalDist
+from statistics import NormalDist, fmean, stdev
 from typing import Optional, Sequence
 
-from verify.stats.outliers import MEAN_AD_SCALE, median
+from verify.stats.outliers import MODIFIED_Z_LIMIT, median
 
 MIN_SAMPLES = 5  # per side: below it the normal approximation of U is too coarse to call anything
-MAD_SCALE = 1.4826  # MAD -> standard deviation for normal data (1 / Phi^-1(3/4))
+MIN_READINGS = 3  # a node's own noise takes at least this many readings of it
+T_AS_NORMAL_DF = 5000  # Student's t with more degrees of freedom than this is the normal, to the digits shown
 SELECT_TOLERANCE = 1e-7  # relative to the figure's scale: the interval's ends are exact to this
 SQRT2 = math.sqrt(2.0)
 
@@ -177,18 +180,29 @@ def holm_adjusted(p_values: Sequence[Optional[float]]) -> list:
     return adjusted
 
 
-def relative_sd(values: Sequence[float]) -> Optional[float]:
-    """Robust relative standard deviation of repeated readings: 1.4826 * MAD / |median| (the mean absolute
-    deviation, scaled alike, where more than half are equal); None under 3 readings or with no spread."""
-    if len(values) < 3:
+def relative_sd(values: Sequence[float]) -> Optional[tuple]:
+    """(relative sample standard deviation, its degrees of freedom) of a node's repeated readings; None under
+    MIN_READINGS readings, or with no spread (a quantised figure read alike every time says nothing of noise)."""
+    if len(values) < MIN_READINGS:
         return None
-    centre = median(list(values))
-    if not centre:
+    centre = fmean(values)
+    sd = stdev(values)
+    return (sd / abs(centre), len(values) - 1) if centre and sd > 0 else None
+
+
+def fleet_change_sd(changes: Sequence[float]) -> Optional[tuple]:
+    """(sd, degrees of freedom) of the nodes' relative changes: the noise of one node's difference where it has
+    no readings of its own. The nodes that moved far (modified z beyond MODIFIED_Z_LIMIT, the fleet outlier
+    rule) are left out first so they do not widen the yardstick they are judged by; None with no spread."""
+    if len(changes) < MIN_READINGS:
         return None
-    deviations = [abs(v - centre) for v in values]
-    mad = median(deviations)
-    sd = MAD_SCALE * mad if mad > 0 else MEAN_AD_SCALE * sum(deviations) / len(deviations)
-    return sd / abs(centre) if sd > 0 else None
+    centre = median(list(changes))
+    mad = median([abs(c - centre) for c in changes])
+    kept = [c for c in changes if not mad or 0.6745 * abs(c - centre) / mad <= MODIFIED_Z_LIMIT]
+    if len(kept) < MIN_READINGS:
+        return None
+    sd = stdev(kept)
+    return (sd, len(kept) - 1) if sd > 0 else None
 
 
 @dataclass
@@ -202,45 +216,36 @@ class NodeMove:
     z: float
     p_value: float
     fleet_change: float = 0.0  # the median relative change of every node of this figure
-    z_apart: float = 0.0  # (change - fleet_change) / noise: moved apart from the fleet, not with it
+    z_apart: float = 0.0  # (change - fleet_change) / its noise: moved apart from the fleet, not with it
     p_apart: float = 1.0
     moved: bool = False  # set by judge_moves' Holm pass over every node-figure
     apart: bool = False  # likewise, for the move apart from the fleet's
 
 
-def fleet_change_sd(changes: Sequence[float]) -> Optional[float]:
-    """The spread of the nodes' relative changes (1.4826 * MAD, or the scaled mean absolute deviation):
-    the noise of one node's difference where the node has no readings of its own; None with no spread."""
-    if len(changes) < 3:
-        return None
-    centre = median(list(changes))
-    deviations = [abs(c - centre) for c in changes]
-    mad = median(deviations)
-    sd = MAD_SCALE * mad if mad > 0 else MEAN_AD_SCALE * sum(deviations) / len(deviations)
-    return sd if sd > 0 else None
-
-
-def node_changes(before: dict, after: dict, own_sd: Optional[dict] = None) -> list:
+def node_changes(before: dict, after: dict, own_sd: Optional[dict] = None, alpha: float = 1.0) -> list:
     """NodeMove of every host with a positive figure in both (host -> value), not yet judged (moved False).
-    own_sd: host -> relative sd of one of its readings (relative_sd), where the host has readings."""
+    own_sd: host -> relative_sd() of its own readings, where it has them. alpha: p-values above it are kept
+    from the normal, a lower bound of Student's t that Holm cannot reject at alpha either (t costs 100x more)."""
     own_sd = own_sd or {}
     hosts = sorted(h for h in before.keys() & after.keys() if before[h] > 0)
     changes = {h: after[h] / before[h] - 1 for h in hosts}
-    fleet_sd = fleet_change_sd(list(changes.values()))
+    fleet = fleet_change_sd(list(changes.values()))
     fleet_change = median(list(changes.values())) if changes else 0.0
+    # the fleet's median change has its own noise: pi / 2 * sd^2 / n for the median of n normal values
+    median_var = math.pi / 2 * fleet[0] ** 2 / len(changes) if fleet else 0.0
     moves = []
     for host in hosts:
-        sd_one = own_sd.get(host)
-        if sd_one:
-            noise, source = SQRT2 * sd_one, "own"
-        elif fleet_sd:
-            noise, source = fleet_sd, "fleet"
+        own = own_sd.get(host)
+        if own:
+            noise, df, source = SQRT2 * own[0], own[1], "own"
+        elif fleet:
+            noise, df, source = fleet[0], fleet[1], "fleet"
         else:
             continue
         z = changes[host] / noise
-        z_apart = (changes[host] - fleet_change) / noise
+        z_apart = (changes[host] - fleet_change) / math.sqrt(noise ** 2 + median_var)
         moves.append(NodeMove(host, before[host], after[host], changes[host], noise, source, z,
-                              math.erfc(abs(z) / SQRT2), fleet_change, z_apart, math.erfc(abs(z_apart) / SQRT2)))
+                              _t_two_sided(z, df, alpha), fleet_change, z_apart, _t_two_sided(z_apart, df, alpha)))
     return moves
 
 
@@ -251,3 +256,42 @@ def judge_moves(moves: list, alpha: float) -> None:
         move.moved = rejected
     for move, rejected in zip(moves, holm([m.p_apart for m in moves], alpha)):
         move.apart = rejected
+
+
+def _t_two_sided(t: float, df: int, alpha: float = 1.0) -> float:
+    """Two-sided p of Student's t with df degrees of freedom: I_x(df/2, 1/2) at x = df / (df + t^2)
+    (Abramowitz and Stegun 26.7.1 with 26.5.27); the normal's where that is already above alpha."""
+    normal = math.erfc(abs(t) / SQRT2)
+    if normal > alpha or df > T_AS_NORMAL_DF:
+        return normal
+    return _beta_regularised(df / 2, 0.5, df / (df + t * t))
+
+
+def _beta_regularised(a: float, b: float, x: float) -> float:
+    """I_x(a, b) by its continued fraction (modified Lentz; Press et al., Numerical Recipes, 3rd ed., 6.4)."""
+    if x <= 0:
+        return 0.0
+    if x >= 1:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1) / (a + b + 2):
+        return front * _beta_fraction(a, b, x) / a
+    return 1.0 - front * _beta_fraction(b, a, 1 - x) / b
+
+
+def _beta_fraction(a: float, b: float, x: float) -> float:
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 400):
+        for numerator in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+                          -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-15:
+            break
+    return h
