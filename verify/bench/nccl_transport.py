@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from verify.bench.nccl_parse import NcclTransport, parse_nccl_debug
+from verify.judging.peaks import Peak, socket_transport_bound
 from verify.result import CheckResult, Status
 
 # What every cross-node run asks NCCL to print: INIT carries the channel and "Using network" lines, NET the
@@ -123,10 +124,12 @@ def rdma_expected(spec: Optional[dict], profile: Optional[dict] = None) -> bool:
         isinstance(profile_vars, dict) and profile_vars.get("gpu_rdma_expected") is True)
 
 
-def judge_crossnode(row: CheckResult, transport: NcclTransport, expects_rdma: bool) -> CrossNode:
+def judge_crossnode(row: CheckResult, transport: NcclTransport, expects_rdma: bool,
+                    socket_bound: Optional[Peak] = None) -> CrossNode:
     """Show the transport in `row` and judge it (in place): a figure that never crossed a network transport
-    is ERROR; RDMA expected and sockets taken is FAIL (cause SOCKET_NOT_RDMA); RDMA expected and NCCL silent
-    about its transport is ERROR (nothing proves it), never PASS."""
+    is ERROR; a figure above the socket transport's bound (verify.judging.peaks.socket_transport_bound) where
+    sockets carried it is ERROR; RDMA expected and sockets taken is FAIL (cause SOCKET_NOT_RDMA); RDMA expected
+    and NCCL silent about its transport is ERROR (nothing proves it), never PASS."""
     from verify.bench import causes
 
     found = crossnode(transport)
@@ -139,6 +142,13 @@ def judge_crossnode(row: CheckResult, transport: NcclTransport, expects_rdma: bo
         row.status = Status.ERROR
         row.reason += ": the ranks never met over a network transport (both on one host?), not a cross-node figure"
         return found
+    if found.kind == SOCKET and socket_bound is not None:
+        row.details["crossnode_transport"]["bound"] = socket_bound.to_dict()
+        if isinstance(row.observed, (int, float)) and not isinstance(row.observed, bool) \
+                and row.observed > socket_bound.gbps:
+            row.status = Status.ERROR
+            row.reason += f": above what the socket transport can carry ({socket_bound.source}), not a measurement"
+            return found
     if not expects_rdma:
         return found
     if found.kind == SOCKET:
@@ -152,11 +162,34 @@ def judge_crossnode(row: CheckResult, transport: NcclTransport, expects_rdma: bo
     return found
 
 
-def judged_record(record: dict, output: str, expects_rdma: bool) -> dict:
+def judged_record(record: dict, output: str, expects_rdma: bool, socket_bound: Optional[Peak] = None) -> dict:
     """judge_crossnode on a fleet record (a CheckResult as a dict, its role kept), from the launcher's whole
     output (NCCL_DEBUG=INFO lines of the ranks it started)."""
     row = CheckResult.from_dict(record)
-    judge_crossnode(row, parse_nccl_debug(output), expects_rdma)
+    judge_crossnode(row, parse_nccl_debug(output), expects_rdma, socket_bound)
     data = row.to_dict()
     data["role"] = record.get("role", data["role"])
     return data
+
+
+def judged_if_measured(record: dict, output: str, backend: str, spec: Optional[dict], profile: Optional[dict] = None,
+                       speed_mbits: Optional[int] = None, ifname: str = "") -> dict:
+    """What a cross-node launcher (verify.fleet.nccl_pair, verify.fleet.multinode) calls on its record: the
+    transport judged where NCCL measured something on this host (the record has a curve), else the record as it
+    is (gloo, a run that failed, a host that only took part). The socket transport's bound is this node's GPU
+    PCIe link (and the NIC's speed where it has one)."""
+    if backend != "nccl" or "curve" not in (record.get("details") or {}):
+        return record
+    return judged_record(record, output, rdma_expected(spec, profile),
+                         socket_transport_bound(local_pcie_peak(), speed_mbits, ifname))
+
+
+def local_pcie_peak() -> Optional[Peak]:
+    """The fastest GPU PCIe link of this node (sysfs, verify.facts.hardware), None when it cannot be read."""
+    from verify.facts.hardware import detect
+    from verify.node import Node
+
+    try:
+        return detect(Node()).pcie_peak()
+    except (OSError, ValueError):
+        return None

@@ -259,6 +259,7 @@ def _as_fleet(result) -> dict:
 
 
 def launch(args: argparse.Namespace) -> int:
+    from verify.bench import nccl_transport
     from verify.bench.common import tail
     from verify.runner import run_command
 
@@ -274,15 +275,20 @@ def launch(args: argparse.Namespace) -> int:
         env["GLOO_SOCKET_IFNAME"] = args.ifname
     if args.backend == "nccl" and args.ifname:
         env["NCCL_SOCKET_IFNAME"] = args.ifname
+    if args.backend == "nccl":
+        env.update(nccl_transport.DEBUG_ENV)  # NCCL's output names the transport it took (issue 50)
+    whole = ""
     if args.launcher == "mpirun" and args.node_rank != 0:
         returncode, output, payload = 0, "", None  # mpirun on the first host starts these ranks
     else:
         out = run_command(launcher_argv(args), timeout_s=args.timeout_s, env=env)
         returncode = None if out.timed_out else out.returncode
-        output = tail(out.stdout + out.stderr)
+        whole = out.stdout + out.stderr
+        output = tail(whole)
         payload = _read_json(args.result_file) if args.node_rank == 0 else None
     spec = _read_json(args.spec) if args.spec else None
-    record = verdict(payload, returncode, output, args, spec)
+    record = nccl_transport.judged_if_measured(verdict(payload, returncode, output, args, spec), whole, args.backend,
+                                               spec)
     records = [record] + [r for r in [payload_error_record(payload, args)] if r]
     from verify.safe_io import write_file_atomic  # runs as root on the node
 

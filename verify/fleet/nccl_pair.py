@@ -262,7 +262,7 @@ def launch_rail(args: argparse.Namespace, name: str, master_addr: str, port: int
     rail = all_rail(root, args.interfaces) if name == "all" else find_rail(root, name)
     if rail is None:
         return _error_record(name, f"rail {name} does not exist on {me} (no such HCA or netdev)", me)
-    gpu = gpu_on_numa(root, rail.numa) if args.backend == "nccl" else None
+    gpu = side_gpu(args, root, rail)
     if args.backend == "nccl" and gpu is None:
         return _error_record(name, f"no NVIDIA GPU on {me} for the nccl backend", me)
     run = argparse.Namespace(
@@ -272,6 +272,7 @@ def launch_rail(args: argparse.Namespace, name: str, master_addr: str, port: int
         timeout_s=args.timeout_s, result_file=os.path.abspath(f"{args.result_file}.{name}"),
         sendrecv=not args.no_sendrecv)
     env = rail_env(rail, args.backend, gpu)  # no PYTHONPATH: multinode.launcher_argv runs every rank isolated
+    env.update(transport_env(args, me))
     out = run_command(multinode.launcher_argv(run), timeout_s=args.timeout_s + 30, env=env)
     returncode = None if out.timed_out else out.returncode
     payload = multinode._read_json(run.result_file) if args.side == 0 else None
@@ -287,7 +288,47 @@ def launch_rail(args: argparse.Namespace, name: str, master_addr: str, port: int
     record["check_id"] = f"{CHECK_PREFIX}.{name}"
     record["details"] = dict(record.get("details") or {}, a=args.a, b=args.b, rail=name, hca=rail.hca,
                              ifname=rail.ifname, gpu=gpu, env=env)
-    return record
+    return transport_judged(record, out.stdout + out.stderr, args, rail, spec, profile)
+
+
+# ---- the transport NCCL used (issue 50; verify.bench.nccl_transport holds the reading and the judge) ----------
+
+def side_gpu(args: argparse.Namespace, root: str, rail: Rail) -> Optional[int]:
+    """This side's GPU for the nccl backend: --gpu where given, else the first on the rail's NUMA node."""
+    if args.backend != "nccl":
+        return None
+    return args.gpu if getattr(args, "gpu", None) is not None else gpu_on_numa(root, rail.numa)
+
+
+def _gpu_index(text: str) -> int:
+    if not (text.isascii() and text.isdigit() and len(text) <= 4):
+        raise argparse.ArgumentTypeError(f"--gpu {text!r}: a GPU index (0, 1, ...) is wanted")
+    return int(text)
+
+
+def transport_env(args: argparse.Namespace, me: str) -> dict:
+    """NCCL_DEBUG=INFO for the nccl backend, so its output names the transport it took; with --one-machine,
+    each side its own NCCL host with NCCL's intra-node transports off (verify.bench.nccl_transport)."""
+    from verify.bench import nccl_transport
+
+    if args.backend != "nccl":
+        return {}
+    env = dict(nccl_transport.DEBUG_ENV)
+    if getattr(args, "one_machine", False):
+        env.update(nccl_transport.one_machine_env(me))
+    return env
+
+
+def transport_judged(record: dict, output: str, args: argparse.Namespace, rail: Rail, spec: Optional[dict],
+                     profile: Optional[dict]) -> dict:
+    """Side 0's record with the transport NCCL reported shown and judged against the desired state's RDMA
+    expectation; side 1 and gloo records as they are."""
+    from verify.bench import nccl_transport
+
+    if args.side != 0:
+        return record
+    return nccl_transport.judged_if_measured(record, output, args.backend, spec, profile, rail.speed_mbits,
+                                             rail.ifname or "")
 
 
 def answers_from_jobs(data: dict) -> dict:
@@ -359,6 +400,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--interfaces", type=lambda s: [i for i in s.split(",") if i], default=[],
                    help="cluster NICs, for the rail `all` on nodes without an HCA")
     p.add_argument("--backend", choices=("nccl", "gloo"), default="nccl")
+    p.add_argument("--gpu", type=_gpu_index, default=None,
+                   help="this side's GPU (index in PCI bus order; default: the first on the rail's NUMA node)")
+    p.add_argument("--one-machine", action="store_true",
+                   help="both sides on one machine: each its own NCCL host, NCCL's P2P, SHM and NVLS off")
     p.add_argument("--min-bytes", default="1M")
     p.add_argument("--max-bytes", default="256M")
     p.add_argument("--iters", type=int, default=20)

@@ -284,3 +284,22 @@ def internode_busbw_bound(port_rates_gbits: Iterable[Optional[float]]) -> Peak:
     unknown = f", {len(rates) - len(known)} of unknown rate counted as XDR 800 Gb/s" if len(known) < len(rates) else ""
     return Peak(rate, f"inter-node rail: busbw bound {rate:.0f} GB/s = 2 (tree/SHARP) x {total_gbits:g} Gb/s of "
                       f"{len(rates)} RDMA port(s){unknown}")
+
+
+def socket_transport_bound(pcie: Optional[Peak], speed_mbits: Optional[int] = None, ifname: str = "") -> Optional[Peak]:
+    """The busbw bound of an all-reduce that rode NCCL's socket transport (NET/Socket, verify.bench.nccl_transport).
+
+    The socket transport has no GPUDirect RDMA (NCCL prints "NET/Socket : GPU Direct RDMA Disabled for HCA 0 'lo'"
+    for each of its devices), so every byte a rank sends leaves its GPU over PCIe into host memory before a socket
+    takes it: busbw (the bytes each rank sends per second) <= the GPU's PCIe link per direction. Over a NIC with a
+    known speed it is also <= 2 x that speed (tree, as internode_busbw_bound). Loopback has no wire and no speed
+    (NCCL: "Could not get speed from /sys/class/net/lo/speed"): the PCIe link is its bound. None when neither is known.
+    """
+    parts = [(pcie.gbps, f"the GPU's host link, {pcie.source}, every byte staged in host memory")] if pcie else []
+    if speed_mbits and speed_mbits > 0:
+        parts.append((2 * speed_mbits / 8000, f"2 (tree) x {ifname or 'the NIC'} at {speed_mbits} Mb/s"))
+    if not parts:
+        return None
+    rate, why = min(parts)
+    return finite_peak(rate, f"NCCL socket transport{f' over {ifname}' if ifname else ''}: busbw bound {rate:.1f} GB/s"
+                             f" = {why}")
