@@ -229,3 +229,24 @@ def test_playbooks_fix_yml_asks_the_same_module_and_applies_only_the_planned_rol
     text = (Path(__file__).resolve().parents[2] / "playbooks" / "fix.yml").read_text()
     assert "verify.fleet.fix" in text and "tunefleet_reboot_policy: never" in text
     assert "loop: \"{{ tunefleet_fix_roles }}\"" in text and "hosts: tunefleet_fix" in text
+
+
+def test_a_hardware_finding_of_a_drill_is_listed_with_its_action_and_never_planned(tmp_path, capsys):
+    from tests.helpers import drills
+    from verify.cli import main as cli
+
+    drill = next(d for d in drills.DRILLS if d.name == "xid79")
+    tree = drills.rebuild_sysfs(tmp_path / "tree")
+    directory = drills.make(drill, tmp_path / "inject")
+    out = tmp_path / "out"
+    assert cli(["verify", "--local", "--root", str(tree.root), "--inject", str(directory), "--no-bench",
+                "--no-history", "--format", "json", "--quiet", "--out", str(out)]) == 1
+    capsys.readouterr()
+    assert fix.plan_main([str(out)]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    xid = [line for line in printed["apart"] if "health.gpu.xid" in line]
+    assert xid and all("[reboot]" in line or "[drain-rma]" in line for line in xid)
+    assert "health" not in {role for roles in printed["hosts"].values() for role in roles}
+    said = []
+    assert fix.main(_args(str(out)), player=Player(), write=said.append) == 2  # a tree, not this host
+    assert "(--root), not this host" in said[0]

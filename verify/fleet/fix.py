@@ -154,12 +154,12 @@ def check_source(run: RunDir, inventory: Optional[str], inventory_hosts: Optiona
         if inventory:
             raise FixRefused(f"{run.path} is a --local run: it is fixed on this host, without -i")
         (host, report), = run.reports.items()
-        here = socket.gethostname()
-        if host != here:
-            raise FixRefused(f"{run.path} is a --local run of {host}, not of this host ({here})")
         root = (report.get("run") or {}).get("root")
         if root not in (None, "/"):
             raise FixRefused(f"{run.path} judged the tree {root} (--root), not this host: nothing to apply")
+        here = socket.gethostname()
+        if host != here:
+            raise FixRefused(f"{run.path} is a --local run of {host}, not of this host ({here})")
         return ""
     chosen = inventory or run.inventory
     if not chosen:
