@@ -25,6 +25,7 @@ MACHINES = ("h100x1", "h200x2")
 # the replay compares the recorded ones; each added check has its own tests on these captures.
 ADDED_AFTER_CAPTURE = {"health.fabric": "issue 31 (tests/unit/test_fabric_checks.py)",
                        "health.p2p": "issue 31 (tests/unit/test_peer_access.py)",
+                       "health.dcgm": "issue 46 (tests/unit/test_dcgm_health.py)",
                        "health.aer": "issue 46 (tests/unit/test_checks_health_aer.py)"}
 HEALTH_CHECKS = [name for name in REGISTRY if name.startswith("health") and name not in ADDED_AFTER_CAPTURE]
 

@@ -93,7 +93,7 @@ def test_a_prolog_keeps_the_job_off_a_node_whose_gpu_left_the_bus(tmp_path):
         submitted = runner(["sbatch", "--parsable", "-w", NODE, "-o", "/dev/null", "--wrap", f"touch {marker}"])
         assert submitted.ok, submitted.stderr
         flags, reason = wait_for(runner, lambda f, r: "DRAIN" in f, 30)
-        assert "DRAIN" in flags and reason.startswith("tunefleet: health.gpu.presence: 0 of 1 expected GPUs")
+        assert "DRAIN" in flags and reason.startswith("tunefleet: drain-rma: health.gpu.presence: 0 of 1 expected GPUs")
         time.sleep(2)
         assert not marker.exists()
         runner(["scancel", submitted.stdout.strip().split(";")[0]])

@@ -40,6 +40,7 @@ REGISTRY = {
     "health.ib": ("health", "verify.checks.health_ib:run"),
     "health.topology": ("health", "verify.checks.health_topology:run"),
     "health.fabric": ("health", "verify.checks.health_fabric:run"),
+    "health.dcgm": ("health", "verify.checks.health_dcgm:run"),
     "health.p2p": ("health", "verify.checks.health_p2p:run"),
     "pcie": ("pcie", "verify.checks.pcie_path:run"),
 }

@@ -3,8 +3,11 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from verify.judging import verdicts
 from verify.kernel_rules import parse_choices
 from verify.result import CheckResult, Status
+
+HEALTH_ROLE = "health"  # the hardware health checks (verify.checks.health_common.ROLE)
 
 
 def remediation(role: str, variable: str) -> str:
@@ -28,7 +31,12 @@ def result(
         fix = ""
     elif not fix and variable:
         fix = remediation(role, variable)
-    return CheckResult(check_id, role, status, expected, observed, reason, fix, details or {})
+    details = details or {}
+    if status is Status.FAIL and role != HEALTH_ROLE and verdicts.ACTION_KEY not in details:
+        # a config check's FAIL is the node's configuration against the desired state: fix it (docs/verdicts.md);
+        # a health FAIL names its own class (tests/unit/test_every_fail_has_an_action.py holds every check to it)
+        details = dict(details, **{verdicts.ACTION_KEY: verdicts.FIX_CONFIG})
+    return CheckResult(check_id, role, status, expected, observed, reason, fix, details)
 
 
 def section(spec: dict, role: str) -> dict:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from verify.checks.common import result, skip
+from verify.checks.common import error, result, skip
 from verify.checks.health_common import ROLE
 from verify.facts.fabric import (
     FABRIC_COMPLETED,
@@ -21,6 +21,7 @@ from verify.facts.fabric import (
     FABRIC_NOT_STARTED,
     FABRIC_NOT_SUPPORTED,
     MANAGER_UNIT,
+    UNREADABLE,
     ManagerState,
     nvswitches,
     read_gpu_fabric,
@@ -31,20 +32,69 @@ from verify.judging import verdicts
 from verify.node import Node
 from verify.result import Status
 
+# The fabric's own health of a GPU (`nvidia-smi -q` "Fabric / Health", NVML nvmlGpuFabricInfo_v3 healthSummary and
+# healthMask, nvml.h NVML_GPU_FABRIC_HEALTH_SUMMARY_* / NVML_GPU_FABRIC_HEALTH_MASK_*): (field, value printed) ->
+# (class, words). Unhealthy or a route unhealthy: NVLink traffic of a job there fails (drain; reset or reboot);
+# Limited Capacity / degraded bandwidth, a route or access-timeout recovery in progress: works slower or recovers
+# by itself (watch). gpud's fabric-state component treats every one of these as unhealthy; the summary is the
+# driver's own verdict over the mask.
+FABRIC_HEALTH = {
+    ("summary", "unhealthy"): (verdicts.REBOOT, "the NVLink fabric reports the GPU Unhealthy"),
+    ("route unhealthy", "true"): (verdicts.REBOOT, "a fabric route of the GPU is unhealthy"),
+    ("summary", "limited capacity"): (verdicts.WATCH, "the NVLink fabric reports Limited Capacity"),
+    ("bandwidth", "degraded"): (verdicts.WATCH, "the GPU's fabric bandwidth is degraded"),
+    ("route recovery in progress", "true"): (verdicts.WATCH, "a fabric route recovery is in progress"),
+    ("access timeout recovery", "true"): (verdicts.WATCH, "a fabric access-timeout recovery is in progress"),
+}
+# Values that say nothing is wrong (or nothing is reported); "Incorrect Configuration" names the fault otherwise.
+_QUIET = ("", "n/a", "not supported", "none", "false", "full", "healthy")
+_SUMMARIES = ("healthy", "unhealthy", "limited capacity", "n/a", "not supported", "")
+
+
+def health_findings(health: Optional[dict]) -> list:
+    """(class, words) for each fault the fabric's health block shows; an unknown summary is (None, words):
+    unreadable, judged ERROR."""
+    findings = []
+    for key, value in (health or {}).items():
+        name, said = key.strip().lower(), str(value).strip().lower()
+        if (name, said) in FABRIC_HEALTH:
+            findings.append(FABRIC_HEALTH[(name, said)])
+        elif name == "incorrect configuration" and said not in _QUIET:
+            findings.append((verdicts.FIX_CONFIG, f"the fabric reports an incorrect configuration ({value})"))
+        elif name == "summary" and said not in _SUMMARIES:
+            findings.append((None, f"fabric health summary {str(value)[:40]!r} is not one nvidia-smi documents"))
+    return findings
+
+
 START_MANAGER = f"start it (systemctl enable --now {MANAGER_UNIT}) and check its log (/var/log/fabricmanager.log)"
 
 
 def judge_fabric(index: int, bus_id: str, state: int, status: Optional[int],
-                 manager_active: Optional[bool] = None) -> Optional[object]:
+                 manager_active: Optional[bool] = None, health: Optional[dict] = None) -> Optional[object]:
     """One GPU's NVSwitch fabric registration (nvmlDeviceGetGpuFabricInfo); None where there is no fabric.
-    manager_active: nvidia-fabricmanager's state where known (None in the scheduler's prolog)."""
+    manager_active: nvidia-fabricmanager's state where known (None in the scheduler's prolog); health: the
+    fabric's health block where the driver prints one (FABRIC_HEALTH judges it)."""
     check_id = f"health.gpu.fabric.{index}"
     if state == FABRIC_NOT_SUPPORTED:
         return None
     label = f"GPU {index} ({bus_id})"
     details = {"index": index, "bus_id": bus_id, "state": FABRIC_NAMES.get(state, f"state {state}"),
                "status": status}
+    if health:
+        details["health"] = dict(health)
     if state == FABRIC_COMPLETED and status == 0:
+        findings = health_findings(health)
+        unreadable = [words for action, words in findings if action is None]
+        if unreadable:
+            return error(check_id, ROLE, f"could not read the fabric health of {label}: {unreadable[0]}",
+                         "fabric healthy")
+        if findings:
+            action = verdicts.worst(a for a, _ in findings)
+            said = "; ".join(words for a, words in findings if a == action)
+            return result(check_id, ROLE, verdicts.status_of(action), "fabric completed, healthy", said,
+                          f"{label}: " + "; ".join(words for _, words in findings),
+                          details=dict(details, **{verdicts.ACTION_KEY: action}),
+                          fix=verdicts.remedy(action, index, f"{label}'s NVLink fabric"))
         return result(check_id, ROLE, Status.PASS, "fabric completed", "completed",
                       details=dict(details, **{verdicts.ACTION_KEY: verdicts.OK}))
     seen = FABRIC_NAMES.get(state, f"state {state}")
@@ -101,6 +151,8 @@ def run(spec: dict, node: Node) -> list:
     if why:
         return [skip("health.gpu.fabric", ROLE, why)]
     found, driver, why = read_gpu_fabric(node)
+    if why.startswith(UNREADABLE):
+        return [error("health.gpu.fabric", ROLE, why)]
     if why:
         return [skip("health.gpu.fabric", ROLE, why)]
     switches = nvswitches(node)
@@ -109,7 +161,7 @@ def run(spec: dict, node: Node) -> list:
         return [skip("health.gpu.fabric", ROLE, "no NVSwitch fabric: the driver reports no fabric state for any GPU "
                                                 "and no NVSwitch is on the PCI bus (PCIe or NVLink-bridge system)")]
     manager = read_manager(node) if switches else None
-    rows = [judge_fabric(g.index, g.bus_id, g.state, g.status, manager.active if manager else None)
+    rows = [judge_fabric(g.index, g.bus_id, g.state, g.status, manager.active if manager else None, g.health)
             for g in with_fabric]
     for row, gpu in zip(rows, with_fabric):
         row.details.update(clique_id=gpu.clique_id, cluster_uuid=gpu.cluster_uuid, guid=gpu.guid)

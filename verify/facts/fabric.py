@@ -11,9 +11,10 @@ NVML error's text.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
+from verify.facts import smi_failure, smi_q
 from verify.facts.pci import NVIDIA_VENDOR, live_reason, pci_devices
 from verify.node import Node
 
@@ -21,6 +22,7 @@ FABRIC_NOT_SUPPORTED, FABRIC_NOT_STARTED, FABRIC_IN_PROGRESS, FABRIC_COMPLETED =
 FABRIC_NAMES = {FABRIC_NOT_STARTED: "not started", FABRIC_IN_PROGRESS: "in progress", FABRIC_COMPLETED: "completed"}
 _SMI_STATES = {"N/A": FABRIC_NOT_SUPPORTED, "Not Supported": FABRIC_NOT_SUPPORTED, "Not Started": FABRIC_NOT_STARTED,
                "In Progress": FABRIC_IN_PROGRESS, "Completed": FABRIC_COMPLETED}
+UNREADABLE = "could not read"  # how a present output that cannot be read starts its reason (judged ERROR)
 MEMO_FABRIC = "gpu_fabric"  # index -> (state, status) where NVML reports a fabric (the scheduler's reading)
 SMI_ARGV = ["nvidia-smi", "-q"]
 MANAGER_UNIT = "nvidia-fabricmanager"
@@ -40,11 +42,13 @@ class GpuFabric:
     clique_id: str = ""
     cluster_uuid: str = ""
     guid: str = ""
+    health: dict = field(default_factory=dict)  # "Fabric / Health" as printed: Summary, Bandwidth, Route Unhealthy...
 
     def to_dict(self) -> dict:
         return {"index": self.index, "bus_id": self.bus_id, "state": FABRIC_NAMES.get(self.state, "not supported"),
                 "status": self.status_text or ("Success" if self.status == 0 else self.status),
-                "clique_id": self.clique_id, "cluster_uuid": self.cluster_uuid, "guid": self.guid}
+                "clique_id": self.clique_id, "cluster_uuid": self.cluster_uuid, "guid": self.guid,
+                "health": dict(self.health)}
 
 
 class FabricParseError(ValueError):
@@ -61,12 +65,12 @@ def parse_smi_fabric(text: str) -> list:
     Raises FabricParseError for a fabric state it does not know (read_gpu_fabric says so as unreadable)."""
     gpus: list = []
     current: Optional[GpuFabric] = None
-    in_fabric = False
+    in_fabric = in_health = False
     for line in text.splitlines():
         if line.startswith("GPU "):
             current = GpuFabric(len(gpus), line[4:].strip(), FABRIC_NOT_SUPPORTED, None)
             gpus.append(current)
-            in_fabric = False
+            in_fabric = in_health = False
             continue
         if current is None or not line.strip():
             continue
@@ -77,8 +81,12 @@ def parse_smi_fabric(text: str) -> list:
         if indent == 4:
             in_fabric = key == "Fabric" and not value
             continue
+        if in_fabric and in_health and indent == 12:
+            current.health[key] = value  # the fabric's health block (R550+; "N/A" where it has none)
+            continue
         if not in_fabric or indent != 8:
             continue
+        in_health = key == "Health" and not value
         if key == "State":
             if value not in _SMI_STATES:
                 raise FabricParseError(f"GPU {current.bus_id}: unknown fabric state {value[:40]!r}")
@@ -116,12 +124,18 @@ def read_gpu_fabric(node: Node) -> tuple:
     output = node.run(SMI_ARGV, timeout_s=60.0)
     if output.missing:
         return [], "", "nvidia-smi is not installed"
-    if output.returncode != 0:
-        return [], "", f"nvidia-smi -q exited {output.returncode}: {(output.stderr or output.stdout).strip()[:200]}"
+    failures = smi_failure.classify(output.stdout, output.stderr, output.returncode)
+    if output.returncode != 0 or failures and not smi_q.parse(output.stdout):
+        said = "; ".join(f.said() for f in failures) or (output.stderr or output.stdout).strip()[:200]
+        return [], "", f"nvidia-smi -q exited {output.returncode}: {said} (health.gpu.presence judges it)"
     try:
-        return parse_smi_fabric(output.stdout), driver_version_of(output.stdout), ""
-    except FabricParseError as exc:  # a state a newer driver prints: said as unreadable, never a crash
-        return [], driver_version_of(output.stdout), f"nvidia-smi -q: {exc}"
+        found = parse_smi_fabric(output.stdout)
+    except FabricParseError as exc:  # a state a newer driver prints: said as unreadable (ERROR), never a crash
+        return [], driver_version_of(output.stdout), f"{UNREADABLE} nvidia-smi -q: {exc}"
+    why = smi_q.unreadable(output.stdout, smi_q.parse(output.stdout), sum(1 for f in failures if f.bus_id))
+    if why:
+        return [], driver_version_of(output.stdout), f"{UNREADABLE} nvidia-smi -q: {why}"
+    return found, driver_version_of(output.stdout), ""
 
 
 def nvswitches(node: Node) -> list:

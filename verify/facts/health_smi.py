@@ -267,7 +267,7 @@ def _read(node: Node) -> SmiReading:
                            if f not in found.failures and not _INVALID.search(f.detail or "")]
         if answer.stdout.strip() or answer.returncode == 0:
             _, why = read_any(answer.stdout, what)
-            if why and (what == found.source or not gpus):
+            if why:  # even where another command gave the GPUs: what was asked and not read is said
                 unreadable.append(why)
     if gpus or not found.failures:
         found.unreadable = next(iter(unreadable), "")
