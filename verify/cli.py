@@ -24,6 +24,70 @@ VERBS = ("verify", "report", "baseline", "bench", "history", "ack", "check", "pr
          "site", "restore")
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, but a mistyped option is named with the nearest known one ("unknown option --locl; did you
+    mean --local?"), by the parser of the verb it was given to, before any other error of that verb's
+    (argparse would first say a required option is missing, or print the top-level usage for the extra
+    word). Every verb's parser is one of these (add_subparsers makes them of its own class)."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        args = list(sys.argv[1:] if args is None else args)
+        unknown = unknown_option(self, args)
+        if unknown:
+            import difflib  # only on this path: the hooks' start-up parses every job's command line
+
+            close = difflib.get_close_matches(unknown, known_options(self), n=1, cutoff=0.6)
+            self.error(f"unknown option {unknown}" + (f"; did you mean {close[0]}?" if close else ""))
+        return super().parse_known_args(args, namespace)
+
+
+def known_options(parser: argparse.ArgumentParser) -> list:
+    return sorted(option for option in parser._option_string_actions if option.startswith("--"))
+
+
+def unknown_option(parser: argparse.ArgumentParser, args: Sequence[str]) -> Optional[str]:
+    """The first word of args that looks like an option this parser has not (nor as an unambiguous
+    abbreviation), up to the verb a top-level parser hands on, a `--`, or the words a REMAINDER collects."""
+    options = parser._option_string_actions
+    verbs = {name for action in parser._actions if isinstance(action, argparse._SubParsersAction)
+             for name in action.choices}
+    remainder = any(action.nargs == argparse.REMAINDER for action in parser._actions if not action.option_strings)
+    values_due = 0
+    for word in args:
+        if word == "--" or word in verbs:
+            return None
+        if values_due:
+            values_due -= 1
+            continue
+        if not word.startswith("-") or word == "-" or parser._negative_number_matcher.match(word):
+            if remainder:
+                return None
+            continue
+        name = word.split("=", 1)[0]
+        if name.startswith("--"):
+            matches = [name] if name in options else [o for o in options if o.startswith(name)]
+            if len(matches) != 1:
+                return name if not matches else None  # ambiguous: argparse names the candidates itself
+            action = options[matches[0]]
+        elif word[:2] in options:
+            action = options[word[:2]]  # -iINV, -qv: argparse takes them apart
+            if len(word) > 2:
+                continue
+        else:
+            return name
+        if "=" not in word and isinstance(action.nargs, int):
+            values_due = action.nargs
+        elif "=" not in word and action.nargs is None and action.option_strings and _takes_value(action):
+            values_due = 1
+    return None
+
+
+def _takes_value(action: argparse.Action) -> bool:
+    """An optional that consumes one word (store, append), not a flag (store_true, count, help, version)."""
+    return not isinstance(action, (argparse._StoreConstAction, argparse._CountAction, argparse._HelpAction,
+                                   argparse._VersionAction, argparse.BooleanOptionalAction))
+
+
 def verb_of(argv: Sequence[str]) -> Optional[str]:
     """The verb this command line runs, or None (help, --version, no verb, an unknown word): the first
     word not starting with '-' (the top level has no option taking a value)."""
@@ -36,8 +100,7 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
     def wanted(verb: str) -> bool:
         return only is None or only == verb
 
-    parser = argparse.ArgumentParser(prog="tunefleet", description="Verify that GPU nodes are tuned and fast.",
-                                     epilog=EXIT_CODES_HELP)
+    parser = Parser(prog="tunefleet", description="Verify that GPU nodes are tuned and fast.", epilog=EXIT_CODES_HELP)
     parser.add_argument("--version", action="version", version=f"tunefleet {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     # Each verb's module adds its own parser; imported here, only for the verb that runs (or for the
@@ -174,11 +237,22 @@ def bench_names(text: str) -> str:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = build_parser(verb_of(argv)).parse_args(argv)
+    parser = build_parser(verb_of(argv))
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # said by the verb's own parser, with its usage, not the top level's
+        verb_parser(parser, args.command).error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return dispatch(args)
     except Exception as exc:  # noqa: BLE001 - the one place an unforeseen error becomes exit 70, not a traceback
         return failed_unexpectedly(args, exc)
+
+
+def verb_parser(parser: argparse.ArgumentParser, verb: Optional[str]) -> argparse.ArgumentParser:
+    """The parser of `verb` (the top level when there is none)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and verb in action.choices:
+            return action.choices[verb]
+    return parser
 
 
 # The options that name what a command reads: the line of an unforeseen error lists them.
