@@ -295,3 +295,11 @@ def test_the_page_is_self_contained_and_draws_each_figure(tmp_path):
     assert "<script" not in html and "http://" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "")
     assert html.count("<svg") == len(document["figures"])
     assert "gpu-00017" in html and "575.57.08" in html and "fleet health before" in html
+
+
+def test_a_large_fleets_figures_computed_in_parallel_equal_the_serial_ones(monkeypatch):
+    rng = random.Random(9)
+    pairs = [([rng.gauss(100, 1) for _ in range(60)], [rng.gauss(99, 1) for _ in range(70)]) for _ in range(3)]
+    serial = compare._shifts(pairs, 0.01, workers=1)
+    monkeypatch.setattr(compare, "PARALLEL_SAMPLES", 10)
+    assert compare._shifts(pairs, 0.01, workers=2) == serial
