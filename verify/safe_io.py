@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import ipaddress
 import os
+import re
 import stat
 import struct
 import sys
@@ -411,6 +413,27 @@ def check_not_option(value: str, what: str) -> str:
     if not value or value.startswith("-") or any(c.isspace() or c == "\0" for c in value):
         raise ValueError(f"{what} {value!r} could be read as an option or split by a tool: refusing to pass it on")
     return value
+
+
+_ADDRESS_CHARS = re.compile(r"[0-9A-Za-z._:-]{1,253}")
+_HOST_NAME = re.compile(r"[0-9A-Za-z_](?:[0-9A-Za-z_-]{0,61}[0-9A-Za-z_])?(?:\.[0-9A-Za-z_](?:[0-9A-Za-z_-]{0,61}"
+                        r"[0-9A-Za-z_])?)*\.?")
+
+
+def check_address(value: object, what: str) -> str:
+    """`value` when it is an IPv4 or IPv6 address (no scope) or a host name (RFC 1123 labels; an underscore, as
+    inventories use, kept): the only forms a launcher's argv may carry from a node (a node reports its own address;
+    a comma in it added variables to every rank through `srun --export`, a space split an mpirun list). ValueError
+    naming `what` and the value otherwise."""
+    if isinstance(value, str) and _ADDRESS_CHARS.fullmatch(value):
+        try:
+            ipaddress.ip_address(value)
+            return value
+        except ValueError:
+            if ":" not in value and _HOST_NAME.fullmatch(value):
+                return value
+    shown = str(value)[:80].encode("unicode_escape").decode("ascii")
+    raise ValueError(f"{what} {shown!r} is not an IP address or a host name: refusing to pass it on")
 
 
 def trusted_import_dirs(entries) -> list:

@@ -130,3 +130,18 @@ def test_pcie_speed_in_the_pcie_check_is_total(text):
 def test_the_pcie_check_reads_a_speed_with_the_one_reader():
     assert health_pcie.gen_of is peaks.pcie_gen_from_speed
     assert [health_pcie.gen_of(s) for s in (".GT/s", "32.0 GT/s PCIe", "8 GT/s", "Unknown")] == [None, 5, 3, None]
+
+
+# ---- a node-reported address (verify.safe_io.check_address) ------------------------------------------------------
+
+@given(st.one_of(st.text(max_size=80), st.text(alphabet="0123456789abcdef.:-_,= %\n", max_size=40), GARBAGE))
+def test_check_address_is_total_and_passes_only_what_no_tool_splits(value):
+    from verify.safe_io import check_address
+
+    try:
+        kept = check_address(value, "--master-addr")
+    except ValueError as exc:
+        assert "--master-addr" in str(exc)
+        return
+    assert kept == value and not kept.startswith("-")
+    assert not any(c in kept for c in ",= %\n\t\0/") and len(kept) <= 253

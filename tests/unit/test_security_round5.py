@@ -48,3 +48,48 @@ def test_the_kept_settings_are_names_never_a_prefix(monkeypatch):
     monkeypatch.setenv("NCCL_ANYTHING_NEW", "1")
     assert "NCCL_ANYTHING_NEW" not in clean_env() and all(name not in clean_env() for name in LOADERS)
     assert all(name.isupper() or name == "LANG" for name in KEPT_SETTINGS)
+
+
+# ---- node-reported addresses before a launcher's argv (verify.safe_io.check_address) -----------------------------
+
+@needs_root
+@pytest.mark.parametrize("launcher", ["srun", "mpirun", "torchrun"])
+def test_a_node_reported_address_never_adds_settings_to_a_launcher(tmp_path, monkeypatch, launcher):
+    """The first node's self-reported address went into `srun --export=ALL,MASTER_ADDR=...` unquoted: a comma in it
+    added LD_PRELOAD of nobody's library to every rank. Now no launcher starts, and the host's record says why."""
+    import json
+
+    from verify import runner
+    from verify.fleet import multinode
+
+    planted = shared_dir(tmp_path / "nobody")
+    library = Path(planted, "MARKER-preload.so")
+    library.write_bytes(b"\x7fELF")
+    give(library)
+    started: list = []
+    monkeypatch.setattr(runner, "run_command", lambda argv, **kw: started.append(argv) or runner.CommandOutput(
+        list(argv), 0, "", "", 0.0))
+    out = tmp_path / "crossnode.json"
+    hostile = f"10.0.0.1,LD_PRELOAD={library}"
+    assert multinode.main(["launch", f"--launcher={launcher}", "--nnodes=2", "--node-rank=0", "--backend=gloo",
+                           "--nproc-per-node=1", f"--master-addr={hostile}", "--hosts=n1,n2",
+                           f"--out={out}", f"--result-file={tmp_path}/m.json"]) == 0
+    assert not any("MARKER-preload" in " ".join(map(str, argv)) for argv in started)
+    record = json.loads(out.read_text())[0]
+    assert record["status"] == "ERROR" and "--master-addr" in record["reason"]
+
+
+@pytest.mark.parametrize("value", ["10.0.0.1,LD_PRELOAD=/x", "-oProxyCommand=x", "a b", "", "fe80::1%eth0,x",
+                                   "host\n", "x" * 300, "10.0.0.1:29500", "a..b", "\u0661.1.1.1"])
+def test_an_address_that_is_no_address_is_refused_naming_it(value):
+    from verify.safe_io import check_address
+
+    with pytest.raises(ValueError, match="--master-addr"):
+        check_address(value, "--master-addr")
+
+
+def test_addresses_and_host_names_pass():
+    from verify.safe_io import check_address
+
+    for value in ("10.0.0.1", "fd00::1", "gpu-node-01.cluster.local", "node_7", "localhost"):
+        assert check_address(value, "x") == value

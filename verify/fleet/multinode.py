@@ -23,6 +23,7 @@ from typing import Optional, Sequence
 
 from verify.bounded_load import load_json_bounded
 from verify.engine import engine_argv
+from verify.safe_io import check_address
 
 CHECK_ID = "fleet.nccl_allreduce_multinode"
 THRESHOLD_KEY = "nccl_allreduce_internode_busbw_gbps"
@@ -31,7 +32,11 @@ REMEDIATION = ("gpu: gpu_nccl_conf (NCCL_IB_HCA, NCCL_SOCKET_IFNAME); network: n
 
 
 def launcher_argv(args: argparse.Namespace) -> list:
-    """argv that starts this host's ranks; the worker is this module's `worker` mode."""
+    """argv that starts this host's ranks; the worker is this module's `worker` mode. The rendezvous address and
+    the hosts come from the nodes: each is checked to be an address or a host name first (ValueError naming it)."""
+    check_address(args.master_addr, "--master-addr")
+    for host in args.hosts if args.launcher == "mpirun" else []:
+        check_address(host, "--hosts entry")
     worker = ["worker", "--backend", args.backend, "--max-bytes", str(args.max_bytes),
               "--min-bytes", str(args.min_bytes), "--iters", str(args.iters), "--warmup", str(args.warmup),
               "--out", args.result_file, "--timeout-s", str(args.timeout_s)]
@@ -281,7 +286,11 @@ def launch(args: argparse.Namespace) -> int:
     if args.launcher == "mpirun" and args.node_rank != 0:
         returncode, output, payload = 0, "", None  # mpirun on the first host starts these ranks
     else:
-        out = run_command(launcher_argv(args), timeout_s=args.timeout_s, env=env)
+        try:
+            argv = launcher_argv(args)
+        except ValueError as exc:  # a node-reported address that is no address: this run only, said in its record
+            return _refused(args, str(exc))
+        out = run_command(argv, timeout_s=args.timeout_s, env=env)
         returncode = None if out.timed_out else out.returncode
         whole = out.stdout + out.stderr
         output = tail(whole)
@@ -293,6 +302,18 @@ def launch(args: argparse.Namespace) -> int:
     from verify.safe_io import write_file_atomic  # runs as root on the node
 
     write_file_atomic(args.out, json.dumps(records, indent=1))
+    print(f"{record['status']}: {record['reason']}")
+    return 0
+
+
+def _refused(args: argparse.Namespace, why: str) -> int:
+    """The all-reduce not started (why): this host's record says so, ERROR (could not check)."""
+    from verify.result import CheckResult, Status
+    from verify.safe_io import write_file_atomic
+
+    record = CheckResult(CHECK_ID, "fleet", Status.ERROR, "a rendezvous address", "refused",
+                         f"the {args.nnodes}-node all-reduce was not started: {why}").to_dict()
+    write_file_atomic(args.out, json.dumps([record], indent=1))
     print(f"{record['status']}: {record['reason']}")
     return 0
 

@@ -273,7 +273,11 @@ def launch_rail(args: argparse.Namespace, name: str, master_addr: str, port: int
         sendrecv=not args.no_sendrecv)
     env = rail_env(rail, args.backend, gpu)  # no PYTHONPATH: multinode.launcher_argv runs every rank isolated
     env.update(transport_env(args, me))
-    out = run_command(multinode.launcher_argv(run), timeout_s=args.timeout_s + 30, env=env)
+    try:
+        argv = multinode.launcher_argv(run)
+    except ValueError as exc:  # side 0's address on this rail, as the node reported it, is no address
+        return _error_record(name, str(exc), args.a)
+    out = run_command(argv, timeout_s=args.timeout_s + 30, env=env)
     returncode = None if out.timed_out else out.returncode
     payload = multinode._read_json(run.result_file) if args.side == 0 else None
     spec = multinode._read_json(args.spec) if args.spec else None

@@ -46,10 +46,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--spec", default="", help="desired state (verify_thresholds)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
-    from verify.safe_io import check_not_option
+    from verify.safe_io import check_address, check_not_option
 
-    try:  # ssh and perftest get the address as an argument of their own: never one that reads as an option
-        check_not_option(args.server_addr, "--server-addr")
+    try:  # ssh and perftest get the address as an argument of their own: an address, never one that reads as an option
+        check_address(args.server_addr, "--server-addr")
         check_not_option(args.server_host, "--server-host")
     except ValueError as exc:
         print(f"rdma_pair: {exc}", file=sys.stderr)
