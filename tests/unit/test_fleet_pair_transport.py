@@ -65,8 +65,9 @@ def test_a_pair_on_one_machine_pins_its_gpu_and_takes_nccls_network_transport(tm
     assert (env["NCCL_P2P_DISABLE"], env["NCCL_SHM_DISABLE"], env["NCCL_NVLS_ENABLE"]) == ("1", "1", "0")
     assert env["NCCL_HOSTID"] == "tunefleet-node-a" and env["NCCL_DEBUG"] == "INFO"
     assert env["NCCL_SOCKET_IFNAME"] == "=lo" and env["NCCL_IB_DISABLE"] == "1"
-    assert record["status"] == "PASS" and record["reason"].endswith("(NCCL: NET/Socket over lo)")
+    assert record["status"] == "PASS" and record["reason"].startswith("NCCL NET/Socket over lo: busbw")
     assert record["details"]["crossnode_transport"]["bound"]["gbps"] == 63.0
+    assert record["details"]["crossnode_transport"]["lines"] == LO_LINES.splitlines()
     assert record["check_id"] == "fleet.nccl_pair.lo" and record["role"] == "fleet"
     outcome = nccl_pair.outcome_of(record, "node-a", "node-b", "lo", 1)
     assert outcome.status == "pass" and "NET/Socket over lo" in outcome.reason

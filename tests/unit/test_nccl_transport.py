@@ -197,7 +197,7 @@ def test_its_healthy_twin_rdma_taken_passes_and_shows_the_hca():
 def test_sockets_where_no_rdma_is_expected_are_shown_never_judged():
     row = pair_row()
     judge_crossnode(row, parse_nccl_debug(LO_PAIR), nccl_transport.rdma_expected({"gpu": {"rdma_expected": False}}))
-    assert row.status is Status.PASS and row.reason.endswith("(NCCL: NET/Socket over lo)")
+    assert row.status is Status.PASS and row.reason.startswith("NCCL NET/Socket over lo: busbw")
 
 
 def test_a_cross_node_figure_that_never_left_the_host_is_error():

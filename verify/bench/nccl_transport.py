@@ -137,7 +137,7 @@ def judge_crossnode(row: CheckResult, transport: NcclTransport, expects_rdma: bo
         row.details = {}
     row.details["transport"] = transport.to_dict()
     row.details["crossnode_transport"] = found.to_dict()
-    row.reason = f"{row.reason} (NCCL: {found.describe()})"
+    row.reason = f"NCCL {found.describe()}: {row.reason}"  # first: a pair outcome keeps 300 characters
     if found.intra_only:
         row.status = Status.ERROR
         row.reason += ": the ranks never met over a network transport (both on one host?), not a cross-node figure"
@@ -167,9 +167,18 @@ def judged_record(record: dict, output: str, expects_rdma: bool, socket_bound: O
     output (NCCL_DEBUG=INFO lines of the ranks it started)."""
     row = CheckResult.from_dict(record)
     judge_crossnode(row, parse_nccl_debug(output), expects_rdma, socket_bound)
+    row.details["crossnode_transport"]["lines"] = evidence_lines(output)
     data = row.to_dict()
     data["role"] = record.get("role", data["role"])
     return data
+
+
+def evidence_lines(output: str, most: int = 12) -> list:
+    """NCCL's own lines the transport was read from (its NET device lists, the plugin it got, the first channel
+    lines), at most `most`, each cut to 300 characters: the evidence a report shows beside the verdict."""
+    wanted = re.compile(r"NCCL INFO (?:NET/\S+\s*:\s*(?:Using|No device)|Using network|Assigned NET plugin|"
+                        r"Failed to initialize NET plugin|(?:Channel|Ring) .*\bvia\b)")
+    return [line[:300] for line in output.splitlines() if wanted.search(line)][:most]
 
 
 def judged_if_measured(record: dict, output: str, backend: str, spec: Optional[dict], profile: Optional[dict] = None,
