@@ -115,3 +115,20 @@ def test_an_exit_status_given_as_a_number_passes_through_and_one_given_as_text_d
             assert launch(launcher, "check", "--mode", "prolog").returncode == want, code
     finally:
         target.write_bytes(original)
+
+
+def test_the_role_writes_the_operators_policy_and_refuses_a_bad_one_by_name(tmp_path):
+    root = tmp_path / "node"
+    (root / "etc/systemd/system").mkdir(parents=True)
+    install_package(root)
+    policy = {"xids": {"79": "warn"}, "checks": {"health.ib": {"do": "drain", "after_runs": 3, "recovery_s": 900}}}
+    play(root, scheduler_hooks_compile=False, scheduler_hooks_policy=policy)
+    written = root / "etc/tunefleet/policy.json"
+    assert json.loads(written.read_text()) == policy and written.stat().st_mode & 0o777 == 0o644
+    assert "--policy /etc/tunefleet/policy.json\"" in (root / "etc/default/tunefleet").read_text()
+    with pytest.raises(AssertionError) as refused:
+        play(root, scheduler_hooks_compile=False, scheduler_hooks_policy={"xids": {"79": "drian"}})
+    assert "xids.79.do = 'drian': must be one of ignore, warn, drain" in str(refused.value)
+    assert json.loads(written.read_text()) == policy  # refused before anything changed
+    play(root, scheduler_hooks_compile=False)  # none set any more: the defaults, no file, no option
+    assert not written.exists() and "--policy" not in (root / "etc/default/tunefleet").read_text()
