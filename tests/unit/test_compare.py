@@ -303,3 +303,13 @@ def test_a_large_fleets_figures_computed_in_parallel_equal_the_serial_ones(monke
     serial = compare._shifts(pairs, 0.01, workers=1)
     monkeypatch.setattr(compare, "PARALLEL_SAMPLES", 10)
     assert compare._shifts(pairs, 0.01, workers=2) == serial
+
+
+def test_a_history_without_the_before_run_says_so_and_is_no_reason_for_exit_3(tmp_path):
+    before = synthetic_run(tmp_path / "run-a", seed=1, hosts=20)
+    after = synthetic_run(tmp_path / "run-b", seed=2, hosts=20)
+    history = tmp_path / "history.sqlite"
+    record_history(history, hosts=2, runs=3)  # runs of other keys only
+    code, document, _ = run_compare(tmp_path, before, after, "--history", str(history))
+    assert code == 0
+    assert any("holds no run of key 'run-a'" in note for note in document["notes"])

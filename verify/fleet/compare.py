@@ -86,7 +86,8 @@ class Side:
     hosts: dict  # host -> HostSide
     meta: dict  # check_id -> (higher_is_better, unit)
     health: dict
-    notes: list = field(default_factory=list)  # what could not be read, one line each
+    errors: list = field(default_factory=list)  # what could not be read, one line each (exit 3)
+    notes: list = field(default_factory=list)  # how it was read, one line each (no effect on the exit)
 
 
 # ---- fleet health ---------------------------------------------------------------------------------
@@ -143,7 +144,7 @@ def side_from_directory(directory: str) -> Side:
         for check_id, status in node.statuses.items():
             tally.add(status, failed.get(check_id))
     return Side(directory, "run directory", hosts, meta, tally.to_dict("every check of every node report"),
-                [e.describe() for e in errors])
+                errors=[e.describe() for e in errors])
 
 
 def side_from_window(store, window, hosts: Optional[list] = None) -> Side:
@@ -173,10 +174,10 @@ def side_from_window(store, window, hosts: Optional[list] = None) -> Side:
         for check_id in readings:
             unit, higher_is_better = directions.get(check_id, ("", True))
             meta.setdefault(check_id, (higher_is_better, unit))
-    notes = list(store.warnings)
+    damaged = list(store.warnings)
     return Side(window.text, "history window", sides, meta,
                 tally.to_dict("every benchmark row of every run in the window (the history keeps no config "
-                              "check statuses)"), notes)
+                              "check statuses)"), errors=damaged)
 
 
 def add_history_noise(side: Side, store, run_key: str, runs: int = HISTORY_NOISE_RUNS) -> Optional[str]:
@@ -218,13 +219,14 @@ def compare(before: Side, after: Side, settings: Settings) -> dict:
     regressions = [f for f in figures if f["regression"]]
     nodes_worse = [n for n in nodes if n["worse"]]
     untested = [f for f in figures if f["p_value"] is None]
-    notes = [f"before: {n}" for n in before.notes] + [f"after: {n}" for n in after.notes]
+    notes = [f"{name}: {line}" for name, side in (("before", before), ("after", after))
+             for line in side.errors + side.notes]
     if per_run:
         notes.append(f"one host on both sides ({next(iter(before.hosts))}): its runs are the samples")
     code = EXIT_OK
     if regressions or (settings.fail_on_nodes and nodes_worse):
         code = EXIT_FAILED
-    elif not figures or len(untested) == len(figures) or before.notes or after.notes:
+    elif not figures or len(untested) == len(figures) or before.errors or after.errors:
         code = EXIT_COULD_NOT_CHECK
     return {
         "schema": SCHEMA,
@@ -369,10 +371,11 @@ def _differences(a: HostSide, b: HostSide, read_config: bool) -> list:
     return out
 
 
-def _state(host: HostSide) -> dict:
+def _state(host: HostSide, config: bool = True) -> dict:
     state = {"profile": host.hardware} if host.hardware else {}
     state.update({f"facts.{k}": v for k, v in host.versions.items()})
-    state.update(host.config or {})
+    if config:
+        state.update(host.config or {})
     return state
 
 
@@ -391,13 +394,17 @@ def _config_of_report(path: str) -> dict:
 
 
 def _fleet_changes(before: Side, after: Side) -> list:
-    """What changed across the fleet between the sides (profile and versions of the hosts on both), one row
-    per key and (before, after) pair with the count of hosts: the upgrade itself, in one table."""
+    """What changed across the fleet between the sides (profile and versions of the hosts on both, and their
+    tuned values in a history window), one row per key and (before, after) pair with the count of hosts: the
+    upgrade itself, in one table."""
     counted: dict = {}
+    # tuned values only where every host's were read (a window: the store keeps them); a run directory's are
+    # read back for the listed nodes only, and counting those would undercount the fleet
+    with_config = before.kind == after.kind == "history window"
     for host in sorted(before.hosts.keys() & after.hosts.keys()):
         a, b = before.hosts[host], after.hosts[host]
-        state_a = {"profile": a.hardware, **{f"facts.{k}": v for k, v in a.versions.items()}}
-        state_b = {"profile": b.hardware, **{f"facts.{k}": v for k, v in b.versions.items()}}
+        state_a = _state(a) if with_config else _state(a, config=False)
+        state_b = _state(b) if with_config else _state(b, config=False)
         for key in state_a.keys() | state_b.keys():
             if state_a.get(key) != state_b.get(key):
                 entry = counted.setdefault((key, state_a.get(key), state_b.get(key)), [])
