@@ -29,7 +29,7 @@ from verify.result import CheckResult, Status
 
 # torch numbers GPUs fastest-first unless told; nvidia-smi, NVML and the health checks by PCI bus.
 ENGINE_ENV = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
-NCCL_DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV,NET"}
+NCCL_DEBUG_ENV = nccl.DEBUG_ENV  # what NCCL must print for its transport to be read (one home)
 # The rows each family would have written for one GPU: a busy GPU gets each of them as an ERROR.
 BUSY_ROWS = {"gpu": ("bench.gpu_hbm.gpu{index}", "bench.gpu_matmul.gpu{index}"),
              "hostcopy": ("bench.h2d.gpu{index}", "bench.d2h.gpu{index}")}

@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Optional
 
-from verify.bench import torch_allreduce
+from verify.bench import nccl_transport, torch_allreduce
 from verify.bench.common import (
     Threshold,
     Try,
@@ -41,7 +41,7 @@ from verify.runner import which
 CHECK_ID = "bench.nccl_allreduce"
 REMEDIATION = "gpu: gpu_nccl_conf (and the NVLink/NIC state); re-run `tunefleet bench nccl` after fixing"
 NOTHING_MOVED = "an all-reduce that moved nothing at the largest size"
-DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV,NET"}
+DEBUG_ENV = nccl_transport.DEBUG_ENV  # what NCCL must print for its transport to be read (one home)
 
 
 @dataclass
