@@ -5,7 +5,11 @@
 #   (b) the same with --busy: a job holding ~90% of every GPU's memory and computing; no hook process may
 #       appear in nvidia-smi --query-compute-apps;
 #   (c) where one prolog start goes: -X importtime of the launcher's prolog (largest imports), and the
-#       interpreter alone with and without site.
+#       interpreter alone with and without site;
+#   (d) issue 47: each mode once through the launcher with the rendered desired state: its exit status, its
+#       line, what the policy decided per finding; on an untuned node whose findings are configuration only
+#       (the 1x H100: no RDMA device, so nvidia_peermem SKIPs) every mode must exit 0 ("CHECK PASS/FAIL").
+#       Then (a) prints each mode's p50/p99 and the exit codes seen over the runs.
 #
 #   bash tests/device/hook_start.sh [RUNS]      # writes $OUT/hook_start.tar.gz
 set -euo pipefail
@@ -42,6 +46,37 @@ print(f"== prolog via the launcher: exit {done.returncode}, {len(rows)} modules,
 for self_us, total_us, name in sorted(rows, reverse=True)[:12]:
     print(f"   {self_us / 1e3:6.1f} ms self {total_us / 1e3:6.1f} ms with its imports  {name}")
 PY
+
+# (d) the verdicts and what the policy does about them, once per mode
+note "== RDMA devices: $(ls /sys/class/infiniband 2>/dev/null | tr '\n' ' ' || true)(none listed: nvidia_peermem must SKIP)"
+for mode in prolog epilog health npd; do
+  rc=0
+  $py - "$spec" "$work/$mode.json" "$mode" >"$work/$mode.log" 2>&1 <<'PY' || rc=$?
+import os, subprocess, sys
+sys.path.insert(0, "benchmarks")
+from scheduler_modes import hook_launch
+spec, report, mode = sys.argv[1:4]
+done = subprocess.run([*hook_launch(sys.executable), "check", "--mode", mode, "--spec", spec, "--no-drain",
+                       "--dry-run", "--state-dir=", "--textfile-dir=", "--report", report])
+sys.exit(done.returncode)
+PY
+  note "== $mode through the launcher: exit $rc"
+  tee -a "$summary" <"$work/$mode.log"
+  $py - "$work/$mode.json" <<'PY' | tee -a "$summary"
+import json, sys
+try:
+    report = json.load(open(sys.argv[1]))
+except (OSError, ValueError) as exc:
+    sys.exit(print(f"   no report: {exc}"))
+print("   run.policy:", json.dumps(report["run"].get("policy")))
+for row in report["results"]:
+    if row["status"] != "PASS":
+        print(f"   {row['status']:5} {row['check_id']}: {json.dumps((row.get('details') or {}).get('policy'))} "
+              f"{row['reason'][:140]}")
+PY
+  if [ "$rc" -eq 0 ]; then note "CHECK PASS $mode exit 0"
+  else note "CHECK FAIL $mode exit $rc (0 expected where every finding is configuration; see the rows above)"; fi
+done
 
 # (a) idle
 rc=0

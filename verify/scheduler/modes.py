@@ -1,19 +1,23 @@
 """The four hooks and their contracts. Each mode runs a set of verify.checks on this node; they differ in
 which checks, what they may do to the scheduler, and how they answer:
 
+What a hook does about each finding is the operator's policy (verify.scheduler.policy; defaults: a hardware
+FAIL drains at once, a configuration finding is reported and never drains from a hook, a WARN is reported).
 - prolog / epilog (Slurm Prolog=/Epilog=, <= 0.5 s): GPU presence against the expected count, persistence,
   new driver events (Xid, lost from the bus) since the last check, ECC / row-remap pending, clock-event
-  reasons, nvidia_peermem or DMA-BUF, NVSwitch fabric state. FAIL: drains the node itself with tunefleet's
-  reason (so the reason is ours, not Slurm's "Prolog error"), one line on stderr, exit 1: Slurm then
-  requeues the job and keeps the node drained. Anything else exits 0: a check that could not run (ERROR)
-  or bad input is said on stderr and never drains a node (a broken config must not drain the fleet).
+  reasons, nvidia_peermem or DMA-BUF, NVSwitch fabric state. A hardware fault the policy drains for: drains
+  the node itself with tunefleet's reason (so the reason is ours, not Slurm's "Prolog error"), one line on
+  stderr, exit 1: Slurm then requeues the job and keeps the node drained. Anything else exits 0: a
+  configuration finding (reported), a check that could not run (ERROR) or bad input is said on stderr and
+  never drains a node (a broken config must not drain the fleet).
 - health (Slurm HealthCheckProgram, a systemd timer; <= 5 s): the prolog set plus every config and health
-  check (no benchmark). FAIL: drains with "tunefleet: <action class>: <check>: <reason>" unless the fleet's
-  drain cap is reached; a clean run resumes only a drain whose reason tunefleet wrote; ERROR neither
-  drains nor resumes. Exit 0 / 1 (FAIL) / 3 (ERROR) / 2 (bad input), one summary line on stdout.
+  check (no benchmark). What the policy drains for: drains with "tunefleet: <action class>: <check>: <reason>
+  (policy <rule>)" unless the fleet's drain cap is reached; a run with nothing to drain resumes only a drain
+  whose reason tunefleet wrote (not while a check is inside its recovery window); ERROR neither drains nor
+  resumes. Exit 0 / 1 (drained) / 3 (ERROR) / 2 (bad input), one summary line on stdout.
 - npd (Kubernetes node-problem-detector custom plugin): the health set, never drains (NPD sets the node
-  condition); exit 0 OK, 1 problem (FAIL), 2 unknown (ERROR or bad input); one line on stdout cut to the
-  plugin's output limit.
+  condition); exit 0 OK, 1 problem (what the policy drains for; with npd_events, what it reports: NPD's
+  temporary rule), 2 unknown (ERROR or bad input); one line on stdout cut to the plugin's output limit.
 In every mode an error tunefleet did not foresee exits 70 (verify.cli.failed_unexpectedly), never 1: the Slurm
 hook answers it as "could not check", NPD as Unknown; a damaged state file is set aside (verify.scheduler.state).
 """
@@ -89,7 +93,7 @@ def _counters_of(results: list) -> dict:
     """node.memo["previous_counters"] for the next run: IB port counters and NVLink error counters."""
     found = {}
     for r in results:
-        if r.check_id.startswith("health.ib.") and isinstance(r.details.get("counters"), dict):
+        if r.check_id.startswith(("health.ib.", "health.aer.")) and isinstance(r.details.get("counters"), dict):
             found[r.check_id] = r.details["counters"]
         elif r.check_id.startswith("health.nvlink.") and isinstance(r.details.get("errors"), dict):
             found[r.check_id] = r.details["errors"]
