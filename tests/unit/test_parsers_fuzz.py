@@ -49,6 +49,7 @@ from verify.bench import common, dcgm_parse, gds_parse, nccl_parse, perftest, pe
 from verify.checks import common as checks_common  # noqa: E402
 from verify.checks import conflicts, ethtool_params, limits, nccl_conf, path_mtu, peermem  # noqa: E402
 from verify.facts import (  # noqa: E402
+    dcgm_health,
     dcgmi_nvlink,
     fabric,
     gpu_processes,
@@ -63,6 +64,7 @@ from verify.facts import (  # noqa: E402
     pci_path,
     peer_access,
     smi_q,
+    smi_table,
     versions,
 )
 from verify.fleet import baseline, baseline_rules, model, unpack  # noqa: E402
@@ -265,6 +267,18 @@ PARSERS = [
     Parser("verify.facts.smi_q:parse", lambda d: [smi_q.health_fields(g) for g in smi_q.parse(text(d))], (),
            _fixture("node/health/public/nvidia-smi-q_faulty_gpud-a10-remap-pending-535.129.03.txt",
                     "node/health/h200x2/cmd/nvidia-smi-q.stdout")),
+    # issue 46: nvidia-smi's output in whatever form it holds (-q, the default table, CSV), and DCGM's health report
+    Parser("verify.facts.health_smi:read_any", lambda d: health_smi.read_any(text(d), "nvidia-smi"), (),
+           _fixture("node/health/public/nvidia-smi_healthy_nvidia-docker759-m40x2-390.48.txt",
+                    "node/health/public/nvidia-smi_faulty_azhpc-diagnostics77-v100-power-err.txt",
+                    "node/health/public/nvidia-smi_faulty_ogkm387-device-handle-unknown-error-520.61.05.txt",
+                    "node/health/h200_query-gpu_idle_590.48.01.csv")),
+    Parser("verify.facts.smi_table:parse", lambda d: smi_table.parse(text(d)), (),
+           _fixture("node/health/public/nvidia-smi_healthy_nvidia-docker759-m40x2-390.48.txt",
+                    "node/health/public/nvidia-smi_faulty_azhpc-diagnostics77-v100-power-err.txt")),
+    Parser("verify.facts.dcgm_health:parse", lambda d: dcgm_health.parse(text(d)), (),
+           _fixture("node/health/public/dcgmi-health-c_faulty_dcgm-docs-pcie-replays-built.txt",
+                    "node/health/public/dcgmi-health-c_healthy_dcgm-format-built.txt")),
     Parser("verify.facts.kernel_log:parse_lost", lambda d: kernel_log.parse_lost(text(d)), (),
            _fixture("node/health/kernel_log_fallen_off_bus_probe_source.txt",
                     "node/health/kernel_log_xid79_48_documented.txt")),
@@ -520,6 +534,9 @@ EXEMPT = {
     "verify.node:Node.read": "returns text or None (errors='replace'); its callers' parsers are fuzzed",
     "verify.node:Node.read_value": "strip() of Node.read",
     "verify.node:Node.readlink_name": "a symlink's basename; no parsing",
+    "verify.facts.health_smi:reading": "the node's nvidia-smi outputs, each through read_any (fuzzed)",
+    "verify.facts.health_smi:_read": "inside reading",
+    "verify.facts.dcgm_health:read": "the node's dcgmi output through parse (fuzzed)",
     "verify.fleet.model:_load_paths": "inside load_fleet_dir, fuzzed with it",
     "verify.fleet.model:_read_json": "json_loads of a file; fuzzed through parse_node_report/load_fleet_dir",
     "verify.fleet.multinode:_read_json": "reads this package's own engine output (torch_allreduce JSON)",

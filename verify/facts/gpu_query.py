@@ -8,6 +8,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
+from verify.facts import smi_failure
 from verify.node import Node
 
 SMI_FIELDS = "index,pci.bus_id,name,persistence_mode,driver_version,memory.total"
@@ -136,10 +137,16 @@ def _from_smi(node: Node) -> GpuInventory:
     out = node.run(SMI_ARGV, timeout_s=20.0)
     if out.missing:
         return GpuInventory("none", unavailable_reason="pynvml could not load NVML and nvidia-smi is not installed")
-    if not out.ok:
-        message = (out.stderr.strip() or out.stdout.strip() or f"exit {out.returncode}").splitlines()[0]
-        return GpuInventory("none", unavailable_reason=f"nvidia-smi failed: {message[:160]}")
-    gpus, driver = parse_smi_csv(out.stdout)
+    failures = smi_failure.classify(out.stdout, out.stderr, out.returncode)
+    if not out.ok or failures and not out.stdout.strip().startswith("index"):
+        # the failure forms' words (a lost GPU, a driver that does not answer); health.gpu.presence judges them
+        said = "; ".join(f.said() for f in failures) or \
+            (out.stderr.strip() or out.stdout.strip() or f"exit {out.returncode}").splitlines()[0][:160]
+        return GpuInventory("none", unavailable_reason=f"nvidia-smi failed: {said}")
+    try:
+        gpus, driver = parse_smi_csv(out.stdout)
+    except SmiParseError as exc:  # a present output that cannot be read: ERROR through the check, never a SKIP
+        raise SmiParseError(f"could not read {' '.join(SMI_ARGV[:2])}...: {exc}") from None
     return GpuInventory("nvidia-smi", gpus, driver_version=driver)
 
 
