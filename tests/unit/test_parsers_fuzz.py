@@ -49,6 +49,7 @@ from verify.bench import common, dcgm_parse, gds_parse, nccl_parse, perftest, pe
 from verify.checks import common as checks_common  # noqa: E402
 from verify.checks import conflicts, ethtool_params, limits, nccl_conf, path_mtu, peermem  # noqa: E402
 from verify.facts import (  # noqa: E402
+    aer,
     dcgm_health,
     dcgmi_nvlink,
     fabric,
@@ -282,6 +283,21 @@ PARSERS = [
     Parser("verify.facts.kernel_log:parse_lost", lambda d: kernel_log.parse_lost(text(d)), (),
            _fixture("node/health/kernel_log_fallen_off_bus_probe_source.txt",
                     "node/health/kernel_log_xid79_48_documented.txt")),
+    # issue 46: the one kernel-record reader (every wrapper), the driver's non-Xid failures, PCIe AER
+    Parser("verify.facts.kernel_log:read_records", lambda d: _records_bounded(text(d)), (),
+           _fixture("node/health/public/kernel-log_healthy_ogkm446-talos-dmesg-gsp-trace.txt",
+                    "node/health/public/kernel-log_faulty_gpuop1146-rminitadapter-syslog-kernel-stamp.txt",
+                    "node/health/public/kernel-log_faulty_returnn1500-aer-fatal-sdes-cmpltto-reltime.txt",
+                    "node/health/h200x2/cmd/journalctl-k.stdout")),
+    Parser("verify.facts.kernel_log:driver_faults", lambda d: kernel_log.driver_faults(text(d)), (),
+           _fixture("node/health/public/kernel-log_faulty_ogkm1230-gsp-timeout-banner-then-init-failed-595.71.05.txt",
+                    "node/health/public/kernel-log_faulty_sichek51-reset-required-no-bus.txt")),
+    Parser("verify.facts.aer:aer_events", lambda d: aer.aer_events(kernel_log.kernel_records(text(d))), (),
+           _fixture("node/health/public/kernel-log_faulty_returnn1500-aer-fatal-sdes-cmpltto-reltime.txt",
+                    "node/health/public/kernel-log_healthy_popos3363-aer-corrected-root-port-journal.txt")),
+    Parser("verify.facts.aer:parse_counters", lambda d: aer.parse_counters(text(d)), (),
+           _fixture("node/health/aer_sysfs/aer_dev_fatal.sdes-cmpltto",
+                    "node/health/aer_sysfs/aer_dev_correctable.zero")),
     Parser("verify.facts.links:parse_nvlink_status", lambda d: links.parse_nvlink_status(text(d)),
            (links.LinkParseError,), _fixture("node/gpu_machine/nvidia-smi-nvlink-status.txt")),
     Parser("verify.bench.perftest_parse:parse_text", perftest_judged, (perftest_parse.PerftestParseError,),
@@ -490,6 +506,15 @@ def _xid_events_bounded(log: str) -> list:
     return events
 
 
+def _records_bounded(log: str):
+    reading = kernel_log.read_records(log)
+    for record in reading.records:
+        assert isinstance(record.message, str) and len(record.message) <= kernel_log.MAX_LINE
+        assert record.uptime_s is None or 0 <= record.uptime_s < 1e11
+    assert len(reading.unread) <= len(log.splitlines())
+    return reading
+
+
 def _rate_bounded(value: str):
     """parse_rate gives None (unreadable) or a finite positive rate, never an exception."""
     from verify.checks import health_ib
@@ -589,6 +614,7 @@ EXEMPT = {
     "verify.fleet.nccl_pair:_read": "a live sysfs attribute through read_capped",
     "verify.fleet.pairing:load_outcomes": "load_json_bounded of nccl_pair's own output; from_dict refuses bad shapes",
     "verify.fleet.report:read_pairs": "blame's own summary, bounded; damaged cells skipped (test_fleet_pairs_report)",
+    "verify.facts.aer:read_counters": "sysfs aer_dev_* files through the Node; parse_counters is fuzzed",
     "verify.checks.health_*:*": "helper F's new health checks; run through verify.checks:run_checks",
 }
 

@@ -28,6 +28,7 @@ NOT_CONFIG_ROLES = frozenset({regress.ROLE, "fleet", "verify", "scheduler", "hea
 COUNTER_DETAILS = (
     ("health.nvlink.", "errors", 2),  # {"<link>": {"<counter name>": n}} (verify.checks.health_nvlink)
     ("health.ib.", "counters", 1),  # {"<sysfs counter>": n} (verify.checks.health_ib)
+    ("health.aer.", "counters", 1),  # {"<device> <severity>": n} (verify.checks.health_aer)
     # ECC and row-remap counts as nvidia-smi printed them (text; flags such as "No" are not counts). Kept for
     # verify.checks.health_gpu's memory judge, which does not read previous counters yet.
     ("health.gpu.memory.", "readings", 1),

@@ -10,7 +10,10 @@ and the kernel's PCIe "limited by" notices, by the same filter verify uses (veri
 The Xid check then reads exactly these records (node.memo[kernel_log.MEMO_KEY] is set to them), so an
 event is judged once, in the interval it appeared, except FAIL-class events (Xid 79, a GPU lost from the
 bus, a row-remap failure...): those are kept in the state as open events until the node reboots, so a
-drain for them is not lifted by the next quiet interval.
+drain for them is not lifted by the next quiet interval. The same holds for the driver's FAIL-class failures
+that are not Xids and uncorrectable PCIe AER records (verify.checks.health_aer reads them from the same
+primed text). A line no reader places (verify.facts.kernel_log.read_records' unread) goes on to the check,
+which reports it, never dropped by the cursor's filter.
 """
 from __future__ import annotations
 
@@ -21,12 +24,15 @@ from dataclasses import dataclass
 from typing import Optional
 
 from verify.checks.health_xid import classify
+from verify.facts import aer
 from verify.facts.kernel_log import (
     MEMO_KEY,
+    driver_faults,
     judged,
     kernel_records,
     lost_events,
     read_kernel_log,
+    read_records,
     sxid_events,
     xid_events,
 )
@@ -121,7 +127,8 @@ def from_text(log: str, source: str, after_s: Optional[float]) -> Since:
     `after_s` (records with no boot-relative stamp are always new: nothing places them before the cursor)."""
     lines, last, count = [], after_s, 0
     keep = False
-    for record in kernel_records(log):
+    reading = read_records(log)
+    for record in reading.records:
         if not record.continuation:
             keep = judged(record.message) and not (
                 after_s is not None and record.uptime_s is not None and record.uptime_s <= after_s)
@@ -131,6 +138,7 @@ def from_text(log: str, source: str, after_s: Optional[float]) -> Since:
         if record.uptime_s is not None:
             last = record.uptime_s if last is None else max(last, record.uptime_s)
         lines.append(("    " if record.continuation else "") + record.line)
+    lines += reading.unread  # a line no reader places goes on to the check, which reports it (never dropped)
     return Since("\n".join(lines) + ("\n" if lines else ""), source, last, count)
 
 
@@ -148,12 +156,16 @@ def read_since(node: Node, after_s: Optional[float], use_kmsg: bool) -> tuple:
 
 
 def failing_lines(text: str) -> list:
-    """The lines of FAIL-class driver events in `text` (Xid codes whose class FAILs, GPUs lost from the bus,
-    fatal NVSwitch SXids)."""
+    """The lines of FAIL-class events in `text` (Xid codes whose class FAILs, GPUs lost from the bus, fatal
+    NVSwitch SXids, the driver's FAIL-class failures that are not Xids, uncorrectable PCIe AER records)."""
     kept = [e.record.line for e in xid_events(text)
             if verdicts.status_of(classify(e.code, e.record.line)[0]) is Status.FAIL]
     kept += [message for _, message, _ in lost_events(text)]
     kept += [e.record.line for e in sxid_events(text) if e.fatal]  # a fatal SXid: reboot-class until the reboot
+    # the driver's failures that are not Xids, of a FAIL class (a GPU that never initialised: reboot)
+    kept += [f.record.line for f in driver_faults(text) if verdicts.status_of(f.fault.action) is Status.FAIL]
+    # uncorrectable PCIe AER records and recovery failures (FAIL: reboot)
+    kept += [e.line for e in aer.aer_events(kernel_records(text)) if e.uncorrectable]
     return kept
 
 
