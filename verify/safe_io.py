@@ -415,6 +415,22 @@ def check_not_option(value: str, what: str) -> str:
     return value
 
 
+# What a terminal acts on instead of showing: C0 and C1 controls (ESC starts a sequence that can retitle the
+# window, rewrite the screen or, on some terminals, answer back as typed input; CSI 0x9b alone does in 8-bit
+# mode), DEL, the line and paragraph separators and the bidirectional overrides that reorder what is shown.
+_TERMINAL_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def for_terminal(text: object, keep_newlines: bool = True) -> str:
+    """`text` as a terminal shows it literally: every control character (a node's reason, another user's process
+    name, a file's name) written as its escape (\\x1b, \\u202e); tabs and, with keep_newlines, newlines kept. The one
+    escaping of what tunefleet prints from outside."""
+    shown = str(text)
+    if not keep_newlines:
+        shown = shown.replace("\n", "\\n")
+    return _TERMINAL_CONTROLS.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), shown)
+
+
 _ADDRESS_CHARS = re.compile(r"[0-9A-Za-z._:-]{1,253}")
 _HOST_NAME = re.compile(r"[0-9A-Za-z_](?:[0-9A-Za-z_-]{0,61}[0-9A-Za-z_])?(?:\.[0-9A-Za-z_](?:[0-9A-Za-z_-]{0,61}"
                         r"[0-9A-Za-z_])?)*\.?")

@@ -93,3 +93,66 @@ def test_addresses_and_host_names_pass():
 
     for value in ("10.0.0.1", "fd00::1", "gpu-node-01.cluster.local", "node_7", "localhost"):
         assert check_address(value, "x") == value
+
+
+# ---- control characters in what tunefleet prints (verify.safe_io.for_terminal) ----------------------------------
+
+TITLE = "\x1b]0;MARKER-title\x07\x1b[2J\u202e"
+
+
+@needs_root
+def test_another_users_process_name_on_a_busy_gpu_reaches_the_terminal_escaped(tmp_path):
+    """nobody's job on a GPU, named with a sequence that retitles the window and clears the screen: the busy-GPU
+    row of the local run's table shows it escaped."""
+    import subprocess
+
+    from verify.bench.engine_session import BusyGpu, busy_row
+    from verify.facts.gpu_processes import parse_compute_apps
+    from verify.report import build_report
+    from verify.report.terminal import render
+
+    job = subprocess.Popen([TITLE, "30"], executable="/bin/sleep", user=65534, group=65534, extra_groups=[])
+    try:
+        name = Path(f"/proc/{job.pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+        listing = ("gpu_bus_id, pid, process_name, used_memory [MiB]\n"
+                   f"00000000:18:00.0, {job.pid}, {name}, 1024 MiB\n")
+    finally:
+        job.kill()
+        job.wait()
+    assert name == TITLE
+    processes = parse_compute_apps(listing)["00000000:18:00.0"]
+    row = busy_row("bench.gpu", BusyGpu(0, "00000000:18:00.0", processes))
+    report = build_report({}, {"host": "n1"}, [row], {})
+    for colour in (False, True):
+        shown = render(report, width=120, colour=colour)
+        assert "\x07" not in shown and "\u202e" not in shown and "MARKER-title" in shown
+        assert "\x1b]" not in shown and "\x1b[2J" not in shown and "\\x1b]0;MARKER-title\\x07" in shown
+
+
+def test_a_nodes_report_reaches_the_operators_terminal_escaped(tmp_path, capsys):
+    """A node's report (check id, reason) and its archive's member names, printed by the fleet play's steps."""
+    import argparse
+    import io
+    import json
+    import tarfile
+
+    from verify.fleet import unpack
+    from verify.fleet.report import main as report_main
+
+    run = tmp_path / "run"
+    (run / "n1").mkdir(parents=True)
+    report = {"host": "n1", "results": [{"check_id": "x\x1b[2Jy", "role": "config", "status": "FAIL",
+                                         "expected": "1", "observed": "2", "reason": f"bad {TITLE}"}]}
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for name, data in (("report.json", json.dumps(report).encode()), (f"evil{TITLE}", b"x")):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    (run / "n1" / unpack.ARCHIVE).write_bytes(buffer.getvalue())
+    assert unpack.main([str(run)]) == 0
+    assert report_main(argparse.Namespace(directory=str(run), format="json", out=None)) == 1
+    printed = capsys.readouterr()
+    for text in (printed.out, printed.err):
+        assert "\x1b" not in text and "\x07" not in text and "\u202e" not in text
+    assert "MARKER-title" in printed.out and "x\\x1b[2Jy" in printed.out

@@ -10,6 +10,7 @@ from verify.bench import FAMILIES, canonical, run_benchmarks
 from verify.bench.common import parse_size
 from verify.node import Node
 from verify.result import exit_code, sort_for_people
+from verify.safe_io import for_terminal
 
 
 def build_parser(family: str) -> argparse.ArgumentParser:
@@ -97,7 +98,7 @@ def main(args) -> int:
         return 2
     results = run_benchmarks(spec, profile, Node(), [family], {family: _overrides(family, options)})
     for item in sort_for_people(results):
-        print(f"{item.status.value:5} {item.check_id:32} {item.reason}")
+        print(for_terminal(f"{item.status.value:5} {item.check_id:32} {item.reason}"))
     if options.json_out:
         from verify.safe_io import write_file_atomic  # may run as root: no symlink followed
 

@@ -15,6 +15,7 @@ from typing import Any, Callable, Optional
 from verify.judging import peaks
 from verify.judging.thresholds import Threshold, broken_measurement
 from verify.result import CheckResult, Status
+from verify.safe_io import for_terminal
 
 ROLE = "bench"
 GB = 1e9  # nccl-tests, perftest --report_gbits and this package: decimal units
@@ -23,7 +24,7 @@ BROKEN_REMEDIATION = "the benchmark's output is not a real measurement: re-run i
 
 def progress(message: str) -> None:
     """Progress goes to stderr so JSON on stdout stays clean."""
-    print(f"[tunefleet bench] {message}", file=sys.stderr, flush=True)
+    print(f"[tunefleet bench] {for_terminal(message)}", file=sys.stderr, flush=True)
 
 
 @dataclass

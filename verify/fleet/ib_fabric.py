@@ -42,7 +42,7 @@ from verify.facts.ib_fabric import (
 from verify.fleet.model import load_fleet_dir
 from verify.judging import verdicts
 from verify.result import CheckResult, Status
-from verify.safe_io import is_plain_component, read_trusted_file, write_file_atomic
+from verify.safe_io import for_terminal, is_plain_component, read_trusted_file, write_file_atomic
 
 CHECK_ID = "fleet.ib_fabric"
 ROLE = "fleet"
@@ -371,9 +371,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for _host, recs in sorted(summary["records"].items()):
         for rec in recs:
             if rec["status"] not in ("PASS", "SKIP"):
-                print(f"{rec['status']}: {rec['reason']}")
-    for port in summary["unjoined"]:
-        print(f"UNJOINED: {port['node_name']} {port['port_guid']} port {port['port']}: {port['counters']}")
+                print(for_terminal(f"{rec['status']}: {rec['reason']}"))
+    for port in summary["unjoined"]:  # a switch's node description is whatever its firmware was given
+        print(for_terminal(f"UNJOINED: {port['node_name']} {port['port_guid']} port {port['port']}: "
+                           f"{port['counters']}"))
     if summary.get("note"):
         print(f"NOTE: {summary['note']}")
     if summary.get("interval_unknown"):

@@ -18,6 +18,7 @@ from verify.fleet.baseline import hardware_of
 from verify.payload_schema import schema_problems
 from verify.report.schemas import RESULT_SCHEMA, split_problem
 from verify.result import CheckResult, Status
+from verify.safe_io import for_terminal
 from verify.stats.outliers import MEASUREMENT_ROLES
 from verify.stats.uniformity import fleet_versions
 
@@ -177,7 +178,7 @@ def load_fleet_dir_for(command: str, directory: str, note: str = "") -> Optional
         print(f"{command}: {exc}", file=sys.stderr)
         return None
     for error in errors:
-        print(f"{command}: WARN {error.describe()}{note}", file=sys.stderr)
+        print(f"{command}: WARN {for_terminal(error.describe())}{note}", file=sys.stderr)
     if not nodes:
         print(f"{command}: no readable node report under {directory}", file=sys.stderr)
         return None

@@ -23,7 +23,7 @@ from typing import Optional, Sequence
 
 from verify.bounded_load import load_json_bounded
 from verify.engine import engine_argv
-from verify.safe_io import check_address
+from verify.safe_io import check_address, for_terminal
 
 CHECK_ID = "fleet.nccl_allreduce_multinode"
 THRESHOLD_KEY = "nccl_allreduce_internode_busbw_gbps"
@@ -302,7 +302,7 @@ def launch(args: argparse.Namespace) -> int:
     from verify.safe_io import write_file_atomic  # runs as root on the node
 
     write_file_atomic(args.out, json.dumps(records, indent=1))
-    print(f"{record['status']}: {record['reason']}")
+    print(for_terminal(f"{record['status']}: {record['reason']}"))
     return 0
 
 
@@ -314,7 +314,7 @@ def _refused(args: argparse.Namespace, why: str) -> int:
     record = CheckResult(CHECK_ID, "fleet", Status.ERROR, "a rendezvous address", "refused",
                          f"the {args.nnodes}-node all-reduce was not started: {why}").to_dict()
     write_file_atomic(args.out, json.dumps([record], indent=1))
-    print(f"{record['status']}: {record['reason']}")
+    print(for_terminal(f"{record['status']}: {record['reason']}"))
     return 0
 
 

@@ -19,7 +19,15 @@ from verify.payload_schema import ListOf, Maybe, schema_problems
 from verify.report import OutDirError, action_label, bench_table, check_out_dir, plots
 from verify.report.schemas import FiniteNumber, split_problem
 from verify.result import Status
-from verify.safe_io import PRIVATE_DIR, PRIVATE_FILE, SHARED_FILE, UnsafePathError, open_trusted_dir, write_in_dir
+from verify.safe_io import (
+    PRIVATE_DIR,
+    PRIVATE_FILE,
+    SHARED_FILE,
+    UnsafePathError,
+    for_terminal,
+    open_trusted_dir,
+    write_in_dir,
+)
 
 SCHEMA = "tunefleet.fleet_report/v1"
 FORMATS = ("json", "md", "html", "junit")
@@ -67,7 +75,7 @@ def main(args) -> int:
     pairs = read_pairs(Path(args.directory), side_errors)
     read_refused_archives(Path(args.directory), side_errors)
     for error in side_errors:
-        print(f"tunefleet report: WARN {error.describe()}", file=sys.stderr)
+        print(f"tunefleet report: WARN {for_terminal(error.describe())}", file=sys.stderr)
     summary = build_summary(nodes, errors + side_errors, addresses,
                             baseline_findings=judge(nodes, *judging) if judging else None)
     summary.regressions = regressions
@@ -80,7 +88,7 @@ def main(args) -> int:
     except OSError as exc:  # a read-only run directory, or one that went away meanwhile
         print(f"tunefleet report: report directory {out_dir} is not writable: {exc.strerror or exc}", file=sys.stderr)
         return 2
-    print(terminal_summary(summary))
+    print(for_terminal(terminal_summary(summary)))  # hosts, check ids and reasons come from the nodes
     for path in written:
         print(f"wrote {path}")
     return summary.exit_code()

@@ -38,6 +38,7 @@ from verify.report import WRITERS
 from verify.safe_io import (
     PRIVATE_FILE,
     SHARED_FILE,
+    for_terminal,
     is_plain_component,
     open_trusted_dir,
     read_capped,
@@ -326,7 +327,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                      f"{exc.strerror or exc}")
     records, not_written = write_records(args[0])
     for line in lines + not_written:
-        print(line)
+        print(for_terminal(line))  # member names and hosts come from the nodes
     print(f"reports unpacked for {done} host(s)" + (f", refused for {len(refused)}" if refused else "")
           + (f"; {records} cross-node record file(s) written" if records else ""))
     return 0

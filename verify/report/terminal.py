@@ -10,8 +10,18 @@ from __future__ import annotations
 import shutil
 
 from verify.judging import remedies
-from verify.report import action_label, action_note, for_people, host_of, one_line, people_counts, summary_of
+from verify.report import (
+    action_label,
+    action_note,
+    for_people,
+    host_of,
+    one_line,
+    people_counts,
+    standing,
+    summary_of,
+)
 from verify.report.bench_phase import lines as bench_lines
+from verify.safe_io import for_terminal
 
 COLOURS = {"FAIL": "\033[31m", "ERROR": "\033[35m", "WARN": "\033[33m", "SKIP": "\033[2m", "PASS": "\033[32m",
            "RECORDED": "\033[36m"}
@@ -56,7 +66,7 @@ def render(report: dict, width: int = 0, colour: bool = False) -> str:
     width = min(width or shutil.get_terminal_size((MAX_WIDTH, 24)).columns, MAX_WIDTH)
     results = for_people(report)
     labels = [action_label(r) for r in results]  # "FAIL [reboot]": the status and what to do about it
-    values = [(one_line(r.expected), one_line(r.observed)) for r in results]
+    values = [(for_terminal(one_line(r.expected)), for_terminal(one_line(r.observed))) for r in results]
     status_width = max((len(label) for label in labels), default=6)
     check_width = min(max((len(r.check_id) for r in results), default=5), CHECK_MAX)
     longest = max((len(v) for pair in values for v in pair), default=8)  # most values fit whole on one line
@@ -67,8 +77,8 @@ def render(report: dict, width: int = 0, colour: bool = False) -> str:
               f"{'OBSERVED':<{value_width}} REASON")
     lines = [header, "-" * min(width, status_width + check_width + value_width * 2 + 4 + reason_width)]
     for r, label, (expected, observed) in zip(results, labels, values):
-        cells = (wrap(r.check_id, check_width, after="."), wrap(expected, value_width),
-                 wrap(observed, value_width), wrap(one_line(r.reason or r.remediation), reason_width))
+        cells = (wrap(for_terminal(r.check_id), check_width, after="."), wrap(expected, value_width),
+                 wrap(observed, value_width), wrap(for_terminal(one_line(r.reason or r.remediation)), reason_width))
         for index in range(max(len(c) for c in cells)):
             status = f"{label if index == 0 else '':<{status_width}}"
             if colour and index == 0:
@@ -79,10 +89,10 @@ def render(report: dict, width: int = 0, colour: bool = False) -> str:
     tally = "  ".join(f"{status} {count}" for status, count in people_counts(report).items())
     note = action_note(report)
     fixes = remedies.summary_lines(results)  # the roles whose apply removes the findings (issue 49)
-    closing = [*bench_lines(report), *fixes,
+    closing = [*bench_lines(report), *fixes, *filter(None, [standing(report)]),
                f"{host_of(report)}: {tally}  {note + '  ' if note else ''}(exit code {code})"]
     lines.append("")
-    for line in closing:  # a long line goes on under an indent, inside the width like the table
+    for line in map(for_terminal, closing):  # a long line goes on under an indent, inside the width like the table
         if len(line) <= width:
             lines.append(line)
             continue
