@@ -37,6 +37,18 @@ CAPTURED = {
     "socket_ipv6_devices_oneflow9115.log": ("Socket", SOCKET, ("eno1", "veth2ea2288", "vethae2223a"), False,
                                             "network"),
     "ring_socket_2_4_nccl226.log": ("Socket", SOCKET, ("ens3",), False, "channels"),
+    "ibext_plugin_loaded_nccl1357.log": ("IBext", RDMA, ("mlx5_0:1/IB/SHARP", "mlx5_1:1/IB/SHARP", "mlx5_4:1/IB/SHARP",
+                                                         "mlx5_5:1/IB/SHARP"), False, "network"),
+}
+# file -> the NET plugin library NCCL said it loaded ("internal": its own Socket and IB).
+LIBRARIES = {
+    "ibext_plugin_loaded_nccl1357.log": "/opt/hpcx/nccl_rdma_sharp_plugin/lib/libnccl-net.so",
+    "host_prefix_ibext_sharp_nccl1029.log": "/opt/hpcx/nccl_rdma_sharp_plugin/lib/libnccl-net.so",
+    "internal_plugin_2_21_nccl1504.log": "internal",
+    "socket_2_29_plugin_lines_nccl_pr2047.log": "internal",
+    "ib_roce_2_19_nccl_tests185.log": "internal",
+    "socket_2node_rank_prefix_nccl1232.log": "internal",
+    "socket_lo_nccl1053.log": None,
 }
 
 
@@ -46,8 +58,14 @@ def test_each_captured_form_names_the_transport_between_nodes(name):
     assert (found.plugin, found.kind, found.devices, found.gdr, found.evidence) == CAPTURED[name]
 
 
+@pytest.mark.parametrize("name", sorted(LIBRARIES))
+def test_the_net_plugin_library_nccl_loaded(name):
+    assert read(name).plugin_library == LIBRARIES[name]
+
+
 def test_every_fixture_is_in_the_table_or_named_apart():
-    apart = {"p2p_cumem_only_2_22_nccl1538.log", "mpirun_prefix_roce_and_sockets_nccl224.log"}
+    apart = {"p2p_cumem_only_2_22_nccl1538.log", "mpirun_prefix_roce_and_sockets_nccl224.log",
+             "internal_plugin_2_21_nccl1504.log"}
     assert {p.name for p in FIXTURES.glob("*.log")} == set(CAPTURED) | apart
 
 
@@ -130,6 +148,11 @@ def test_property_every_prefix_reads_as_the_bare_body(data):
         data.draw(channel_line("P2P/CUMEM/read")),
         data.draw(channel_line("SHM/direct/direct")),
         "Connected all rings",
+        data.draw(st.sampled_from(["NET/Plugin: Loaded net plugin NCCL RDMA Plugin v6 (v6)",
+                                   "Successfully loaded external network plugin /opt/x/libnccl-net.so",
+                                   "NET/Plugin : No plugin found, using internal implementation",
+                                   "NET/Plugin: Using internal network plugin.",
+                                   "NET/Plugin: Could not find: libnccl-net.so"])),
     ]
     lines = [data.draw(PREFIXES) + "NCCL INFO " + body for body in bodies]
     assert [message_body(line) for line in lines] == bodies
@@ -139,6 +162,7 @@ def test_property_every_prefix_reads_as_the_bare_body(data):
     listed = {"Socket": ifname, "IB": hca, "IBext_v8": hca}.get(plugin, f"device {dev}")
     assert (found.plugin, found.devices, found.gdr, found.evidence) == (plugin, (listed,), gdr, "channels")
     assert prefixed.networks == [plugin] and prefixed.unplaced == 0
+    assert prefixed.plugin_library in ("internal", "NCCL RDMA Plugin v6", "/opt/x/libnccl-net.so")
 
 
 @given(st.sampled_from(["Channel 00/0 : 0[0] -> 1[0] [send] via ", "Channel xx : a -> b via NET/IB/0"]))

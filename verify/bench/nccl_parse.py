@@ -35,6 +35,13 @@ _NETWORK = re.compile(r"^(?:Using network|Initialized NET plugin|Assigned NET pl
 _NET_USING = re.compile(r"^NET/([^:/\s]+)\s*:\s*Using\b(.*)$")
 _MERGED_DEVICE = re.compile(r"\[(\d{1,4})\]=\{([^}]*)\}", re.ASCII)
 _DEVICE = re.compile(r"\[(\d{1,4})\]\s*([^\s\[\]{},;]+)", re.ASCII)
+# Which NET plugin library NCCL loaded: an external one ("NET/Plugin: Loaded net plugin NCCL RDMA Plugin v6 (v6)",
+# "Successfully loaded external network plugin /path/libnccl-net.so", "Plugin Path : /opt/.../libnccl-net.so") or
+# its own ("NET/Plugin : No plugin found, using internal implementation", "NET/Plugin: Using internal network
+# plugin.", "NET/Plugin: Could not find: libnccl-net.so").
+_PLUGIN_EXTERNAL = re.compile(r"^(?:NET/Plugin\s*:\s*Loaded net plugin\s+(.+?)(?:\s+\(v\d+\))?|Successfully loaded "
+                              r"external (?:network )?plugin\s+(\S+)|Plugin Path\s*:\s*(\S+))\s*$")
+_PLUGIN_INTERNAL = re.compile(r"^NET/Plugin\s*:.*(?:using internal|Using internal|No plugin found|Could not find)")
 _NET_ABSENT = re.compile(r"^(NET/\S+\s*:\s*No device found\.?|Failed to (?:initialize|load) NET plugin\s+\S.*)$")
 _NCCL_VERSION = re.compile(r"NCCL version\s+([\d.]+)")
 
@@ -161,6 +168,8 @@ class NcclTransport:
     net_absent: list = field(default_factory=list)
     # Channel lines that could not be read (counted, never skipped in silence).
     unplaced: int = 0
+    # The NET plugin library: "internal" (NCCL's own Socket and IB) or what NCCL named of an external one.
+    plugin_library: Optional[str] = None
 
     @property
     def kinds(self) -> list:
@@ -195,6 +204,7 @@ class NcclTransport:
                             for plugin, devices in self.net_devices.items()},
             "net_absent": self.net_absent,
             "unplaced": self.unplaced,
+            "plugin_library": self.plugin_library,
         }
 
 
@@ -255,6 +265,11 @@ def parse_nccl_debug(text: str) -> NcclTransport:
             devices = _devices(listed.group(2))
             if devices:
                 found.net_devices.setdefault(listed.group(1), {}).update(devices)
+        external = _PLUGIN_EXTERNAL.match(line)
+        if external:  # an external library named wins over "not found" lines printed before it
+            found.plugin_library = next(g for g in external.groups() if g)
+        elif _PLUGIN_INTERNAL.match(line) and found.plugin_library is None:
+            found.plugin_library = "internal"
         absent = _NET_ABSENT.match(line)
         if absent and absent.group(1) not in found.net_absent:
             found.net_absent.append(absent.group(1))
