@@ -54,6 +54,7 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from functools import lru_cache
 from typing import Optional
 
 from verify.facts.aer import is_aer_message
@@ -95,6 +96,8 @@ _STAMPS = (
     # -o short-unix: seconds since the epoch, only before "[host] kernel: " (a bare number is a message)
     ("unix", re.compile(r"(?P<unix>\d{9,11}\.\d{1,9}) (?=(?:\S{1,255} )?kernel: )")),
 )
+_BRACKETED = frozenset({"uptime", "delta", "reltime", "rel_delta", "local_t"})  # the stamps that start with "["
+_NUMERIC = frozenset({"iso", "unix"})  # and those that start with a digit
 _KERNEL = re.compile(r"(?:\S{1,255} )?kernel: ")
 _KERNEL_UPTIME = re.compile(r"\[\s{0,12}(?P<uptime>\d{1,10}\.\d{1,9})\] ")
 _CALLER = re.compile(r"\[\s{0,10}[TC]\d{1,10}\] ")
@@ -196,56 +199,81 @@ def _facility_of(prio: str) -> int:
 
 
 def _peel_text(line: str, clock: _Clock, depth: int = 0) -> _Peeled:
-    """Peel the prefixes of one line, in the order they can stand (module docstring)."""
+    """Peel the prefixes of one line, in the order they can stand (module docstring). Each layer is tried
+    only where the next character can start it (a ring buffer holds thousands of lines: most of them are
+    "[uptime] message", and a layer that cannot match is not asked)."""
     peeled = _Peeled(line)
-    pos = 0
+    pos, utc = 0, None
 
-    def take(pattern: re.Pattern) -> Optional[re.Match]:
-        nonlocal pos
+    def wall(match: re.Match, kind: str = "iso") -> Optional[datetime]:
+        stamp = _stamp_utc(kind, match, clock)
+        return stamp if stamp is not None else utc
+
+    first = line[:1]
+    if first.isdigit():
+        match = _CRI.match(line) or _OUTER_STAMP.match(line)
+        if match:
+            pos, utc = match.end(), wall(match)
+    elif first == "[":
+        match = _KUBECTL_PREFIX.match(line)
+        if match:
+            pos = match.end()
+            stamp = _OUTER_STAMP.match(line, pos)
+            if stamp:
+                pos, utc = stamp.end(), wall(stamp)
+    first = line[pos:pos + 1]
+    if first.isalnum() or first in ("_", ".", "-"):
+        match = _HOST_COLUMN.match(line, pos)
+        if match:
+            pos = match.end()
+            first = line[pos:pos + 1]
+    if first == "{" and depth < MAX_JSON_DEPTH:
+        inner = _peel_json(line[pos:], clock, depth + 1)
+        if inner is not None:
+            inner.utc = inner.utc or utc
+            return inner
+    if first == "<":
+        priority = _PRIORITY.match(line, pos)
+        if priority:
+            peeled.kernel = _facility_of(priority.group("prio")) == KERNEL_FACILITY
+            pos = priority.end()
+            header = _RFC5424.match(line, pos)
+            if header:
+                pos = header.end()
+                if header.group("iso"):
+                    utc = wall(header)
+            first = line[pos:pos + 1]
+    decode = _TALOS.match(line, pos) if "]: " in line[pos:pos + 320] else None
+    if decode is None and first.isalpha():
+        decode = _DECODE.match(line, pos)
+    if decode:
+        pos = decode.end()
+        peeled.kernel = peeled.kernel and decode.group("facility") == "kern"
+        if "iso" in decode.groupdict() and decode.group("iso"):
+            utc = wall(decode)
+        first = line[pos:pos + 1]
+    bracketed = first == "["
+    for kind, pattern in _STAMPS:
+        if bracketed != (kind in _BRACKETED) or (kind in _NUMERIC and not first.isdigit()):
+            continue
         match = pattern.match(line, pos)
         if match:
             pos = match.end()
-        return match
-
-    def wall(match: re.Match, kind: str = "iso") -> None:
-        utc = _stamp_utc(kind, match, clock)
-        peeled.utc = utc if utc is not None else peeled.utc
-
-    for outer in (_CRI, _KUBECTL_PREFIX, _OUTER_STAMP, _HOST_COLUMN):
-        match = take(outer)
-        if match and "iso" in match.groupdict():
-            wall(match)
-    if line.startswith("{", pos) and depth < MAX_JSON_DEPTH:
-        inner = _peel_json(line[pos:], clock, depth + 1)
-        if inner is not None:
-            inner.utc = inner.utc or peeled.utc
-            return inner
-    priority = take(_PRIORITY)
-    if priority and _facility_of(priority.group("prio")) != KERNEL_FACILITY:
-        peeled.kernel = False
-    if priority:
-        header = take(_RFC5424)
-        if header and header.group("iso"):
-            wall(header)
-    decode = take(_TALOS) or take(_DECODE)
-    if decode:
-        peeled.kernel = peeled.kernel and decode.group("facility") == "kern"
-        if "iso" in decode.groupdict() and decode.group("iso"):
-            wall(decode)
-    for kind, pattern in _STAMPS:
-        match = take(pattern)
-        if match:
             if kind == "uptime":
                 peeled.uptime_s = float(match.group("uptime"))  # bounded digits: always a finite float
             else:
-                wall(match, kind)
+                utc = wall(match, kind)
             break
-    take(_KERNEL)
-    kernel_uptime = take(_KERNEL_UPTIME)
-    if kernel_uptime:
-        peeled.uptime_s = float(kernel_uptime.group("uptime"))
-    take(_CALLER)
-    peeled.message = line[pos:]
+    if "kernel: " in line[pos:pos + 270]:
+        match = _KERNEL.match(line, pos)
+        pos = match.end() if match else pos
+    if line[pos:pos + 1] == "[":
+        match = _KERNEL_UPTIME.match(line, pos)
+        if match:
+            pos, peeled.uptime_s = match.end(), float(match.group("uptime"))
+        match = _CALLER.match(line, pos)
+        pos = match.end() if match else pos
+    peeled.message, peeled.utc = line[pos:], utc
     return peeled
 
 
@@ -308,8 +336,13 @@ def _peel_json(text: str, clock: _Clock, depth: int) -> Optional[_Peeled]:
     return inner
 
 
+_MARKER_WORDS = ("NVRM: ", "SXid (", "PCIe Bus Error", "AER: ", "fallen off the bus")
+
+
 def _unread(message: str) -> bool:
     """A message that names a judged record after a head no reader placed (an unknown prefix)."""
+    if not any(word in message for word in _MARKER_WORDS):  # substring tests first: most lines name none
+        return False
     marker = _MARKERS.search(message)
     if marker is None or marker.start() == 0:
         return False
@@ -344,14 +377,22 @@ def read_records(log: str, now: Optional[datetime] = None) -> KernelReading:
     return reading
 
 
+@lru_cache(maxsize=4)
+def _reading(log: str) -> KernelReading:
+    """read_records of one log text, once: every reader below (Xids, lost GPUs, SXids, driver failures, AER,
+    resets) starts from the same records, and a check reads the run's one log text (pure: the text is the key;
+    its records are frozen)."""
+    return read_records(log)
+
+
 def kernel_records(log: str) -> list:
     """Every kernel-facility record of a kernel log with its prefix read, in order (read_records' records)."""
-    return read_records(log).records
+    return list(_reading(log).records)
 
 
 def unread_lines(log: str) -> list:
     """The lines of a kernel log that name a judged record under a prefix no reader places."""
-    return read_records(log).unread
+    return list(_reading(log).unread)
 
 
 MAX_CODE_DIGITS = 6  # NVIDIA's catalog ends at 172; a longer "code" is a damaged line, never an int() of it
