@@ -80,6 +80,39 @@ def test_an_aer_record_of_another_device_is_not_the_gpus(tmp_path):
     assert result["health.aer.0000:03:00.0"].status is Status.PASS
 
 
+# ---- every wording the kernel prints (4.x id= form, the "AER: " prefix, 6.x "Uncorrectable (Non-Fatal)") -------
+
+NONFATAL_LOG = (PUBLIC / "kernel-log_faulty_ms02ultra10-aer-nonfatal-acsviol-journal.txt").read_text()
+
+
+def test_each_kernel_wording_reads_as_its_class():
+    def read(name: str) -> list:
+        records = kernel_log.kernel_records((PUBLIC / name).read_text())
+        return [(e.device, e.severity, e.errors, e.recovery) for e in aer.distinct(aer.aer_events(records))]
+
+    assert ("0000:80:1b.4", aer.NONFATAL, ["ACSViol"], "") in read(
+        "kernel-log_faulty_ms02ultra10-aer-nonfatal-acsviol-journal.txt")
+    assert read("kernel-log_healthy_endlessm625-aer-corrected-id-form.txt")[0] == (
+        "0000:00:1c.5", aer.CORRECTED, ["Receiver Error"], "")
+    assert ("0000:03:00.0", aer.CORRECTED, ["RxErr"], "") in read(
+        "kernel-log_healthy_popos751-aer-corrected-aer-prefix-nvme.txt")  # pasted indented: the margin goes
+
+
+def test_a_non_fatal_uncorrectable_error_on_the_gpus_port_fails(tmp_path):
+    result = judged(gpu_behind_port(tmp_path, NONFATAL_LOG, port="0000:80:1b.4", gpu="0000:81:00.0"))[
+        "health.aer.0000:81:00.0"]
+    assert result.status is Status.FAIL and "nonfatal error at 0000:80:1b.4 (pcieport) [ACSViol]" in result.reason
+    assert "device recovery failed at 0000:80:1b.4 (pcieport) x2" in result.reason
+    elsewhere = judged(gpu_behind_port(tmp_path / "other", NONFATAL_LOG))["health.aer.0000:03:00.0"]
+    assert elsewhere.status is Status.PASS  # the USB controller's port is not the GPU's path
+
+
+def test_corrected_records_of_a_pasted_log_are_a_rate_not_a_fault(tmp_path):
+    log = (PUBLIC / "kernel-log_healthy_popos751-aer-corrected-aer-prefix-nvme.txt").read_text()
+    result = judged(gpu_behind_port(tmp_path, log, port="0000:00:1d.0", gpu="0000:01:00.0"))["health.aer.0000:01:00.0"]
+    assert result.status is Status.PASS and result.details["corrected_per_min"] == 2.0
+
+
 # ---- healthy twins ------------------------------------------------------------------------------------------------
 
 def test_one_corrected_error_is_not_a_fault(tmp_path):

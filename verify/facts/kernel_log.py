@@ -33,6 +33,7 @@ proves every one gives the same events for every message body of the fixtures):
                       with-unit), "1731672123.470068" (-o short-unix)
   journal             "host kernel: " or "kernel: " (--no-hostname, or the poster cut the host); -o cat and
                       dmesg --notime print the message alone.
+  a pasted block      every line indented by the same margin (a forum post, a mail quote): the margin goes.
 Container-OS exports (Bottlerocket's logdog, COS, Flatcar) are journalctl's and dmesg's forms above. A record
 whose wrapper names another facility than the kernel's (dmesg --decode "syslog", a syslog priority of
 facility 1 and up, a journal entry with SYSLOG_FACILITY other than 0 or _TRANSPORT other than "kernel") was
@@ -349,6 +350,19 @@ def _unread(message: str) -> bool:
     return _SUBSYSTEM_HEAD.match(message[:marker.start()]) is None
 
 
+def _dedented(lines: list) -> list:
+    """A log pasted as an indented block (a forum post, a mail quote): every line's common margin removed, so
+    its first line is a record and not a continuation; a log whose first line is not indented is as it is."""
+    if not lines or not lines[0][:1].isspace():
+        return lines
+    margin = lines[0][:len(lines[0]) - len(lines[0].lstrip())]
+    for line in lines:
+        if line.strip():
+            while margin and not line.startswith(margin):
+                margin = margin[:-1]
+    return [line[len(margin):] for line in lines] if margin else lines
+
+
 def read_records(log: str, now: Optional[datetime] = None) -> KernelReading:
     """Every kernel-facility line of a kernel log with its prefix read, in order (one reader for every check
     and the scheduler hook), and the lines it could not place. A record its wrapper marks as another
@@ -356,7 +370,7 @@ def read_records(log: str, now: Optional[datetime] = None) -> KernelReading:
     clock = _Clock(now or datetime.now(timezone.utc))
     reading = KernelReading()
     records = reading.records
-    for line in log.splitlines():
+    for line in _dedented(log.splitlines()):
         if records and line[:1].isspace() and line.strip():
             last = records[-1]  # dmesg and journalctl indent a multi-line record's later lines
             records.append(KernelRecord(line.strip(), line.strip(), last.uptime_s, last.utc, True))
