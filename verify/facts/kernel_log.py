@@ -130,16 +130,27 @@ class KernelReading:
 
 @dataclass
 class _Clock:
-    """What one line's stamp depends on from the lines before it (dmesg's reltime deltas), and now."""
+    """What one line's stamp depends on from the lines before it (dmesg's reltime deltas), and now; the
+    stamps of second resolution already read (a log repeats each second over many lines: strptime once)."""
     now: datetime
     reltime: Optional[datetime] = None
+    seen: dict = field(default_factory=dict)
 
 
-def _iso_utc(text: str) -> Optional[datetime]:
-    text = text.replace(",", ".").replace("Z", "+00:00")
-    text = re.sub(r"([+-]\d\d)(\d\d)$", r"\1:\2", text)  # +0000 -> +00:00 (Python 3.9's fromisoformat)
-    text = re.sub(r"\.(\d{6})\d+", r".\1", text)  # nanoseconds: fromisoformat reads up to microseconds
-    text = re.sub(r"\.(\d{1,5})(?=$|[+-])", lambda m: "." + m.group(1).ljust(6, "0"), text)
+def _iso_utc(text: str) -> datetime:
+    """An ISO-8601 / RFC 3339 stamp as UTC (Python 3.9's fromisoformat: no "Z", no "+0000", at most six
+    digits of fraction; a stamp with no zone is this host's time)."""
+    text = text.replace(",", ".")
+    if text.endswith("Z"):
+        text = text[:-1] + "+00:00"
+    elif len(text) > 5 and text[-5] in "+-" and text[-4:].isdigit():
+        text = text[:-2] + ":" + text[-2:]  # +0000 -> +00:00
+    dot = text.find(".", 19)
+    if dot != -1:
+        end = dot + 1
+        while end < len(text) and text[end].isdigit():
+            end += 1
+        text = text[:dot + 1] + text[dot + 1:end][:6].ljust(6, "0") + text[end:]
     stamp = datetime.fromisoformat(text)
     return (stamp if stamp.tzinfo else stamp.astimezone()).astimezone(timezone.utc)
 
@@ -158,11 +169,15 @@ def _stamp_utc(kind: str, match: re.Match, clock: _Clock) -> Optional[datetime]:
     try:
         if kind == "iso":
             return _iso_utc(match.group("iso"))
-        if kind == "local_t":
-            return datetime.strptime(match.group("local_t"), "%a %b %d %H:%M:%S %Y").astimezone().astimezone(
-                timezone.utc)
-        if kind == "syslog":
-            return _yearless(" ".join(match.group("syslog").split(".")[0].split()), "%b %d %H:%M:%S", clock.now)
+        if kind in ("local_t", "syslog"):
+            text = match.group(kind)
+            whole, _, fraction = text.partition(".") if kind == "syslog" else (text, "", "")
+            if whole not in clock.seen:
+                clock.seen[whole] = (
+                    datetime.strptime(whole, "%a %b %d %H:%M:%S %Y").astimezone().astimezone(timezone.utc)
+                    if kind == "local_t" else _yearless(" ".join(whole.split()), "%b %d %H:%M:%S", clock.now))
+            stamp = clock.seen[whole]
+            return stamp + timedelta(seconds=float("0." + fraction)) if fraction else stamp
         if kind == "reltime":
             clock.reltime = _yearless(match.group("reltime"), "%b%d %H:%M", clock.now)
             return clock.reltime
