@@ -47,20 +47,25 @@ class UnsafePathError(OSError):
 
 
 # The kernel's binary POSIX ACL (include/uapi/linux/posix_acl_xattr.h): a little-endian u32 version (2),
-# then 8-byte entries of u16 tag, u16 permissions, u32 uid/gid.
+# then 8-byte entries of u16 tag, u16 permissions, u32 uid/gid. A directory's default ACL is the access ACL
+# each file made in it will get (a umask-0 or `setfacl -d` install: every new module writable by its users).
+# plugins/module_utils/ledger_core.py holds the same rule for the collection, which ships without this package
+# (tests/unit/test_security_round5.py keeps the two equal).
 ACL_XATTR = "system.posix_acl_access"
+ACL_DEFAULT_XATTR = "system.posix_acl_default"
 _ACL_VERSION = 2
 _ACL_HEADER = struct.Struct("<I")
 _ACL_ENTRY = struct.Struct("<HHI")
-ACL_USER, ACL_GROUP, ACL_MASK = 0x02, 0x08, 0x10
+ACL_USER, ACL_GROUP, ACL_MASK, ACL_OTHER = 0x02, 0x08, 0x10, 0x20
 _ACL_WRITE = 0x02
 
 
-def acl_writers(raw: bytes) -> list:
-    """("user"|"group", id) of each named ACL entry other than root that can write, given the ACL's bytes.
+def acl_writers(raw: bytes, default: bool = False) -> list:
+    """("user"|"group"|"everyone", id) of each ACL entry other than root that can write, given the ACL's bytes.
 
-    What a named entry may do is its permissions masked by ACL_MASK (the kernel's rule); an ACL this
-    code cannot parse is reported as one writer ("acl", -1) rather than trusted.
+    What a named entry may do is its permissions masked by ACL_MASK (the kernel's rule); in a default ACL the
+    "other" entry is a writer too (in an access ACL the mode bits carry it). An ACL this code cannot parse is
+    reported as one writer ("acl", -1) rather than trusted.
     """
     if len(raw) < _ACL_HEADER.size or (len(raw) - _ACL_HEADER.size) % _ACL_ENTRY.size:
         return [("acl", -1)]
@@ -68,19 +73,24 @@ def acl_writers(raw: bytes) -> list:
         return [("acl", -1)]
     entries = [_ACL_ENTRY.unpack_from(raw, offset) for offset in range(_ACL_HEADER.size, len(raw), _ACL_ENTRY.size)]
     mask = next((perm for tag, perm, _ in entries if tag == ACL_MASK), 0x07)
-    return [("user" if tag == ACL_USER else "group", ident) for tag, perm, ident in entries
-            if tag in (ACL_USER, ACL_GROUP) and ident != 0 and perm & mask & _ACL_WRITE
-            and not (tag == ACL_USER and ident == os.geteuid())]
+    named = [("user" if tag == ACL_USER else "group", ident) for tag, perm, ident in entries
+             if tag in (ACL_USER, ACL_GROUP) and ident != 0 and perm & mask & _ACL_WRITE
+             and not (tag == ACL_USER and ident == os.geteuid())]
+    return named + [("everyone", -1) for tag, perm, _ in entries if default and tag == ACL_OTHER and perm & _ACL_WRITE]
 
 
 def _acl_writers_of(fd: int) -> list:
-    try:
-        raw = os.getxattr(fd, ACL_XATTR)
-    except OSError as exc:
-        if exc.errno in (errno.ENODATA, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS):
-            return []  # no ACL (or a filesystem without them): the mode bits are the whole story
-        raise
-    return acl_writers(raw)
+    """The writers of an open file's or directory's access ACL and, for a directory, its default ACL."""
+    found = []
+    for name, default in ((ACL_XATTR, False), (ACL_DEFAULT_XATTR, True)):
+        try:
+            raw = os.getxattr(fd, name)
+        except OSError as exc:
+            if exc.errno in (errno.ENODATA, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS):
+                continue  # no ACL (or a filesystem without them; a file has no default ACL)
+            raise
+        found += [(kind if not default else f"default ACL {kind}", ident) for kind, ident in acl_writers(raw, default)]
+    return found
 
 
 def untrusted_because(st: os.stat_result, inside: bool = False, fd: Optional[int] = None) -> Optional[str]:
@@ -102,8 +112,8 @@ def untrusted_because(st: os.stat_result, inside: bool = False, fd: Optional[int
     if fd is not None and not sticky_pass:
         writers = _acl_writers_of(fd)
         if writers:
-            named = ", ".join("an ACL this code cannot read" if kind == "acl" else f"{kind} {ident}"
-                              for kind, ident in writers)
+            named = ", ".join("an ACL this code cannot read" if kind.endswith("acl") else
+                              kind if kind.endswith("everyone") else f"{kind} {ident}" for kind, ident in writers)
             return f"is writable through its POSIX ACL by {named}"
     return None
 

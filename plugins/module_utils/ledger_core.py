@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import datetime
+import errno
 import fcntl
 import json
 import os
@@ -54,15 +55,45 @@ def on_node(root: str, path: str) -> str:
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
 
-def _untrusted(info: os.stat_result, passing: bool) -> Optional[str]:
-    # The collection ships without the verify package: this is verify.safe_io.untrusted_because's mode-bit rule.
+def acl_writers(raw: bytes, default: bool = False) -> list:
+    """verify.safe_io.acl_writers (the collection ships without the verify package; a test keeps them equal): the
+    non-root entries of a POSIX ACL's bytes that can write through the mask; the "other" entry of a default ACL."""
+    if len(raw) < 4 or (len(raw) - 4) % 8 or int.from_bytes(raw[:4], "little") != 2:
+        return [("acl", -1)]
+    entries = [(int.from_bytes(raw[i:i + 2], "little"), int.from_bytes(raw[i + 2:i + 4], "little"),
+                int.from_bytes(raw[i + 4:i + 8], "little")) for i in range(4, len(raw), 8)]
+    mask = next((perm for tag, perm, _ in entries if tag == 0x10), 0x07)
+    named = [("user" if tag == 0x02 else "group", ident) for tag, perm, ident in entries
+             if tag in (0x02, 0x08) and ident != 0 and perm & mask & 0x02
+             and not (tag == 0x02 and ident == os.geteuid())]
+    return named + [("everyone", -1) for tag, perm, _ in entries if default and tag == 0x20 and perm & 0x02]
+
+
+def _acl_writer(fd: int) -> Optional[str]:
+    for name, default in (("system.posix_acl_access", False), ("system.posix_acl_default", True)):
+        try:
+            raw = os.getxattr(fd, name)
+        except OSError as exc:
+            if exc.errno in (errno.ENODATA, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS):
+                continue
+            return f"has an ACL that cannot be read ({exc.strerror})"
+        writers = acl_writers(raw, default)
+        if writers:
+            kind, ident = writers[0]
+            return f"is writable through its {'default ' if default else ''}POSIX ACL by {kind} {ident}"
+    return None
+
+
+def _untrusted(info: os.stat_result, passing: bool, fd: Optional[int] = None) -> Optional[str]:
+    # The collection ships without the verify package: this is verify.safe_io.untrusted_because's rule.
     if info.st_uid not in (0, os.geteuid()):
         return f"is owned by uid {info.st_uid}, not root"
     if info.st_mode & stat.S_IWGRP and info.st_gid != 0:
         return f"is writable by group {info.st_gid} (mode {stat.S_IMODE(info.st_mode):04o})"
-    if info.st_mode & stat.S_IWOTH and not (passing and info.st_mode & stat.S_ISVTX):
+    sticky_pass = passing and info.st_mode & stat.S_ISVTX
+    if info.st_mode & stat.S_IWOTH and not sticky_pass:
         return f"is writable by everyone (mode {stat.S_IMODE(info.st_mode):04o})"
-    return None
+    return _acl_writer(fd) if fd is not None and not sticky_pass else None
 
 
 def open_root_dir(directory: str, create: bool = False, mode: int = 0o700) -> int:
@@ -102,7 +133,7 @@ def open_root_dir(directory: str, create: bool = False, mode: int = 0o700) -> in
             child = os.open(name, _DIR_FLAGS, dir_fd=fd)
             if made:
                 os.fchmod(child, mode)  # whatever the umask
-            why = _untrusted(os.fstat(child), passing=bool(parts))
+            why = _untrusted(os.fstat(child), passing=bool(parts), fd=child)
             os.close(fd)
             fd, where = child, here
             if why:
@@ -155,7 +186,7 @@ def check_owned_file(fd: int, shown: str) -> None:
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode):
         raise LedgerError(f"{shown} is not a regular file; nothing was changed")
-    why = _untrusted(info, passing=False)
+    why = _untrusted(info, passing=False, fd=fd)
     if why:
         raise LedgerError(f"{shown} {why}: refusing to trust it; nothing was changed (move it aside)")
 

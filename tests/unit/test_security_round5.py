@@ -3,6 +3,7 @@ owns or can write through an ACL), and each test asserts that the attacker's mar
 something was refused."""
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -156,3 +157,82 @@ def test_a_nodes_report_reaches_the_operators_terminal_escaped(tmp_path, capsys)
     for text in (printed.out, printed.err):
         assert "\x1b" not in text and "\x07" not in text and "\u202e" not in text
     assert "MARKER-title" in printed.out and "x\\x1b[2Jy" in printed.out
+
+
+# ---- POSIX ACLs: the ledger's own rule, default ACLs (verify.safe_io, plugins/module_utils/ledger_core) ----------
+
+def _acl(*entries: tuple) -> bytes:
+    import struct
+
+    return struct.pack("<I", 2) + b"".join(struct.pack("<HHI", *e) for e in sorted(entries))
+
+
+NOBODY_RW = ((0x01, 7, 0xFFFFFFFF), (0x02, 7, 65534), (0x04, 5, 0xFFFFFFFF), (0x10, 7, 0xFFFFFFFF),
+             (0x20, 5, 0xFFFFFFFF))
+
+
+def _ledger_core():
+    repo = Path(__file__).resolve().parents[2]
+    sys.path.insert(0, str(repo / ".cache" / "collections"))
+    from ansible_collections.tunefleet.gpu_node.plugins.module_utils import ledger_core
+
+    return ledger_core
+
+
+def test_the_ledgers_acl_rule_is_verifys():
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    from verify.safe_io import acl_writers
+
+    core = _ledger_core()
+    entry = st.tuples(st.sampled_from([1, 2, 4, 8, 0x10, 0x20]), st.integers(0, 7),
+                      st.sampled_from([0, 65534, 1000, 0xFFFFFFFF, os.geteuid()]))
+
+    @given(st.lists(entry, max_size=6), st.booleans(), st.binary(max_size=12))
+    def same(entries, default, junk):
+        for raw in (_acl(*entries), junk):
+            assert core.acl_writers(raw, default) == acl_writers(raw, default)
+
+    same()
+
+
+@needs_root
+def test_a_root_ledger_another_user_writes_through_an_acl_is_never_restored_from(reachable):
+    """nobody rewrites root's ledger (root:root 0644, a named ACL entry granting nobody write) to make restore
+    write a setuid copy of a shell: the restore refuses the ledger and the file never appears."""
+    import base64
+    import json
+
+    from other_user import run_as_other
+
+    core = _ledger_core()
+    state = reachable / "var-lib-tunefleet"
+    state.mkdir(mode=0o755)
+    ledger_path = state / "ledger.json"
+    ledger_path.write_text(json.dumps(core.empty_ledger()))
+    ledger_path.chmod(0o644)
+    os.setxattr(str(ledger_path), "system.posix_acl_access", _acl(*NOBODY_RW))
+    target = reachable / "MARKER-setuid-shell"
+    forged = core.empty_ledger()
+    forged["files"][str(target)] = {"state": "present", "mode": "4755", "uid": 0, "gid": 0,
+                                    "content_b64": base64.b64encode(b"#!/bin/sh\n").decode(), "sha256": "x"}
+    writer = run_as_other(f"printf '%s' '{json.dumps(forged)}' > '{ledger_path}'")
+    assert writer.wait(timeout=30) == 0 and "MARKER-setuid-shell" in ledger_path.read_text(), "the ACL grants write"
+    with pytest.raises(core.LedgerError, match="POSIX ACL by user 65534"):
+        core.load_ledger("/", str(ledger_path))
+    assert not target.exists()
+
+
+@needs_root
+def test_an_import_directory_with_a_default_acl_for_another_user_is_refused(reachable):
+    """A directory root owns, mode 0755, whose default ACL makes every file later installed in it writable by
+    nobody (`setfacl -d -m u:nobody:rwx`): refused as an import directory; nothing from it runs."""
+    from verify.safe_io import UnsafePathError, trusted_import_dirs
+
+    site = reachable / "site-packages"
+    site.mkdir(mode=0o755)
+    os.setxattr(str(site), "system.posix_acl_default", _acl(*NOBODY_RW))
+    (site / "sitecustomize.py").write_text("open('MARKER', 'w')\n")
+    with pytest.raises(UnsafePathError, match="default ACL user 65534"):
+        trusted_import_dirs([str(site)])
