@@ -236,3 +236,26 @@ def test_an_import_directory_with_a_default_acl_for_another_user_is_refused(reac
     (site / "sitecustomize.py").write_text("open('MARKER', 'w')\n")
     with pytest.raises(UnsafePathError, match="default ACL user 65534"):
         trusted_import_dirs([str(site)])
+
+
+# ---- the inventory walk through a symlinked sub-directory (verify.fleet.run.check_inventory_trusted) -------------
+
+@needs_root
+def test_another_users_vars_file_in_a_symlinked_inventory_directory_never_runs(reachable):
+    """group_vars is root's link to root's directory, which holds nobody's vars file with a lookup('pipe'):
+    Ansible reads through the link; the walk did not, and the pipe ran as root."""
+    from verify.fleet.run import InventoryError, check_inventory
+
+    marker = reachable / "MARKER-pipe"
+    real = reachable / "shared-vars"
+    real.mkdir(mode=0o755)
+    planted = real / "all.yml"
+    planted.write_text(f"pwned: \"{{{{ lookup('pipe', 'touch {marker}') }}}}\"\n")
+    give(planted)
+    inventory = reachable / "inventory"
+    inventory.mkdir()
+    (inventory / "hosts.ini").write_text("node1 ansible_connection=local\n")
+    (inventory / "group_vars").symlink_to(real)
+    with pytest.raises(InventoryError, match="all.yml.*owned by uid 65534"):
+        check_inventory(str(inventory))
+    assert not marker.exists()

@@ -49,7 +49,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from verify.safe_io import check_address, check_not_option
 
     try:  # ssh and perftest get the address as an argument of their own: an address, never one that reads as an option
-        check_address(args.server_addr, "--server-addr")
+        check_address(check_not_option(args.server_addr, "--server-addr"), "--server-addr")
         check_not_option(args.server_host, "--server-host")
     except ValueError as exc:
         print(f"rdma_pair: {exc}", file=sys.stderr)

@@ -319,9 +319,14 @@ def check_inventory_trusted(inventory: str) -> None:
                 check_file_trusted(top)
                 continue
             check_dir_trusted(top)
-            for directory, subdirs, files in os.walk(top):
+            seen = set()
+            # Ansible reads through a symlinked sub-directory too: walked through it (each link trust-checked on the
+            # way, as root's only), each real directory once.
+            for directory, subdirs, files in os.walk(top, followlinks=True):
+                seen.add(os.path.realpath(directory))
                 for name in sorted(subdirs):
                     check_dir_trusted(os.path.join(directory, name))
+                subdirs[:] = [n for n in subdirs if os.path.realpath(os.path.join(directory, n)) not in seen]
                 for name in sorted(files):
                     check_file_trusted(os.path.join(directory, name))
     except OSError as exc:
