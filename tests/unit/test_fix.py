@@ -81,7 +81,8 @@ class Player:
 
 def _args(directory, **extra):
     return argparse.Namespace(directory=directory, inventory=extra.get("inventory"), apply=extra.get("apply", False),
-                              max_age=extra.get("max_age", fix.DEFAULT_MAX_AGE), quiet=False)
+                              max_age=extra.get("max_age", fix.DEFAULT_MAX_AGE), quiet=False, history=None,
+                              no_history=True)
 
 
 def test_the_plan_names_each_host_s_roles_and_leaves_hardware_alone(tmp_path):
@@ -116,7 +117,7 @@ def test_apply_re_verifies_those_hosts_and_writes_before_and_after(tmp_path, mon
     directory = _fleet(tmp_path, {"a": _report(tmp_path, "a"), "b": _report(tmp_path, "b", clean=True)}, inventory)
     asked = []
 
-    def reverify(inv, hosts, out):
+    def reverify(inv, hosts, out, fix_args):
         asked.append((inv, list(hosts)))
         return 0, _fleet(tmp_path / "after", {"a": _report(tmp_path, "a2", clean=True)})
 
@@ -135,7 +136,7 @@ def test_apply_re_verifies_those_hosts_and_writes_before_and_after(tmp_path, mon
 def test_a_finding_still_failing_after_the_apply_is_exit_1(tmp_path, monkeypatch):
     inventory = os.path.abspath(_inventory(tmp_path, ["a"]))
     directory = _fleet(tmp_path, {"a": _report(tmp_path, "a")}, inventory)
-    monkeypatch.setattr(fix, "reverify_fleet", lambda inv, hosts, out: (1, _fleet(tmp_path / "after", {
+    monkeypatch.setattr(fix, "reverify_fleet", lambda inv, hosts, out, fix_args: (1, _fleet(tmp_path / "after", {
         "a": _report(tmp_path, "a2")})))
     assert fix.main(_args(directory, apply=True), player=Player(), write=[].append) == 1
 

@@ -122,6 +122,7 @@ WRITE_ALLOWED = {
     "verify/bench/storage.py": (1, "shutil.rmtree of its own make_unique_dir scratch directory"),
     "verify/bench/torch_allreduce.py": (1, "engine (clean environment, no TMPDIR): TemporaryDirectory 0700"),
     "verify/fleet/run.py": (1, "TemporaryDirectory in runner_scratch_parent() (/tmp, never TMPDIR)"),
+    "verify/fleet/fix.py": (1, "TemporaryDirectory in run.runner_scratch_parent() (/tmp, never TMPDIR), as run.py"),
     "verify/report/terminal.py": (1, "shutil.get_terminal_size: reads, writes nothing"),
     "verify/runner.py": (1, "shutil.which over the fixed trusted PATH: reads, writes nothing"),
     "plugins/module_utils/nics.py": (1, "shutil.which over fixed system directories: reads, writes nothing"),
@@ -132,6 +133,7 @@ COMMAND_MODULES = ("ansible.builtin.command", "ansible.builtin.shell", "ansible.
                    "command", "shell", "raw", "script")
 COMMAND_TASKS = {
     "playbooks/verify.yml": 8,  # the opt-in fabric check's 2 among them (ibqueryerrors, the collector)
+    "playbooks/fix.yml": 1,  # the controller's plan (python3 -m verify.fleet.fix through verify.isolated)
     "roles/verify_node/tasks/pairwise.yml": 11,  # 2, and the round's 3 counted once per round (a YAML anchor, 3 rounds)
     "roles/verify_node/tasks/main.yml": 1, "roles/verify_node/tasks/multinode.yml": 1,
     "roles/verify_node/tasks/rdma_pairs.yml": 3, "roles/verify_node/tasks/rdma_round.yml": 1,

@@ -340,10 +340,13 @@ def run_roles(home: Path, inventory: str, hosts: Sequence[str], roles: Sequence[
             "project_dir": str(home),
         }
         if inventory == "":
-            path = os.path.join(work, "local-inventory")
-            with open(path, "w", encoding="utf-8") as handle:  # a private directory of ours (mkdtemp, 0700)
-                handle.write(f"{hosts[0]} ansible_connection=local ansible_python_interpreter={sys.executable}\n")
-            kwargs["inventory"] = path
+            dir_fd = open_trusted_dir(work)  # ours: mkdtemp's 0700 directory
+            try:
+                write_in_dir(dir_fd, "local-inventory", f"{hosts[0]} ansible_connection=local "
+                             f"ansible_python_interpreter={sys.executable}\n", PRIVATE_FILE)
+            finally:
+                os.close(dir_fd)
+            kwargs["inventory"] = os.path.join(work, "local-inventory")
         return (player or fleet_run.run_playbook)(kwargs, home)
 
 
@@ -378,7 +381,15 @@ def render_report(doc: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def reverify_fleet(inventory: str, hosts: Sequence[str], out: str) -> tuple:
+def _history(args, fix_args) -> None:
+    """The fix's --history / --no-history handed to its re-verify."""
+    if getattr(fix_args, "history", None):
+        args.history = fix_args.history
+    if getattr(fix_args, "no_history", False):
+        args.no_history = True
+
+
+def reverify_fleet(inventory: str, hosts: Sequence[str], out: str, fix_args=None) -> tuple:
     """`tunefleet verify -i INVENTORY --limit hosts` into a new run directory under `out`: (rc, run dir)."""
     from verify.fleet import run as fleet_run
     from verify.history.cli import add_verify_arguments
@@ -388,12 +399,13 @@ def reverify_fleet(inventory: str, hosts: Sequence[str], out: str) -> tuple:
     args = parser.parse_args([])
     args.__dict__.update(inventory=inventory, limit=",".join(hosts), out=out, quiet=True, forks=None, profile=None,
                          ib_fabric=None, baseline=None, rules=None, world_readable=False)
+    _history(args, fix_args)
     rc = fleet_run.main(args)
     made = [e.path for e in os.scandir(out) if e.is_dir(follow_symlinks=False)]
     return rc, (made[0] if len(made) == 1 else None)
 
 
-def reverify_local(report: dict, out: str) -> int:
+def reverify_local(report: dict, out: str, fix_args=None) -> int:
     """`tunefleet verify --local` again, with the desired-state source and benchmarks the run used."""
     from verify.history.cli import add_verify_arguments
     from verify.local_run import main as local_main
@@ -411,6 +423,7 @@ def reverify_local(report: dict, out: str) -> int:
                          no_bench=used.no_bench or not (report.get("run") or {}).get("benchmarks", True),
                          root="/", format="json,md", out=out, world_readable=False, quiet=True, inject=None,
                          probe_login=False)
+    _history(args, fix_args)
     return local_main(args)
 
 
@@ -424,6 +437,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
     f.add_argument("--max-age", default=DEFAULT_MAX_AGE,
                    help=f"refuse a run older than this (s, m, h or d; default {DEFAULT_MAX_AGE})")
     f.add_argument("--quiet", action="store_true", help="no plan or diff lines")
+    f.add_argument("--history", metavar="PATH", default=None, help="the history the re-verify records into "
+                   "(as verify's --history)")
+    f.add_argument("--no-history", action="store_true", help="the re-verify records no history")
     return f
 
 
@@ -486,11 +502,11 @@ def main(args, player: Optional[Callable] = None, write: Callable[[str], None] =
     fix_dir = make_unique_dir(parent, f"{os.path.basename(run.path)}-fix-")
     fixed_hosts = [one.host for one in plans if one.roles]
     if run.kind == "fleet":
-        rc, after_dir = reverify_fleet(inventory, fixed_hosts, fix_dir)
+        rc, after_dir = reverify_fleet(inventory, fixed_hosts, fix_dir, args)
         after = load_run(after_dir).reports if after_dir else {}
     else:
         after_dir = os.path.join(fix_dir, "after")
-        rc = reverify_local(next(iter(run.reports.values())), after_dir)
+        rc = reverify_local(next(iter(run.reports.values())), after_dir, args)
         after = load_run(after_dir).reports if os.path.isfile(os.path.join(after_dir, "report.json")) else {}
         after = {fixed_hosts[0]: next(iter(after.values()))} if after else {}
     doc.update(after_dir=after_dir, after_rc=rc, findings=compare(run.reports, after, plans))
