@@ -80,7 +80,7 @@ def test_device_lists_versions_and_what_nccl_could_not_use():
     # NCCL 2.4 listed both plugins' devices and said nothing of which one a communicator got.
     both = read("mpirun_prefix_roce_and_sockets_nccl224.log")
     assert set(both.net_devices) == {"IB", "Socket"} and both.net_devices["Socket"][2] == "flannel.1"
-    assert crossnode(both).plugin is None and crossnode(both).describe() == "not reported"
+    assert crossnode(both).plugin is None and crossnode(both).describe() == "transport not reported"
     # "NET/Socket: Using 2 threads and 8 sockets per thread" lists no device.
     assert read("mpirun_prefix_socket_channels_horovod3658.log").net_devices == {}
 

@@ -70,7 +70,9 @@ class CrossNode:
 
     def describe(self) -> str:
         if self.plugin is None:
-            return "no network transport: " + ", ".join(self.intra_only) if self.intra_only else "not reported"
+            if self.intra_only:
+                return f"no network transport: {', '.join(self.intra_only)}"
+            return "transport not reported"
         words = f"NET/{self.plugin}"
         if self.devices:
             words += (" over " if self.kind == SOCKET else " ") + ", ".join(self.devices)
