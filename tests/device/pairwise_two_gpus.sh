@@ -16,10 +16,10 @@
 #   (c) TCP over lo measured with one stream (the interface's honest reference beside NCCL's socket figure)
 #   (d) RDMA: rdma_rxe/siw and perftest probed; where a soft RDMA device comes up, the pair over NCCL's IB
 #       transport on it and ib_write_bw between two processes, else SKIP with the reason
-#   needs 2 GPUs (else "needs 2 GPUs", exit 0):
+#   (f) the fleet all-reduce (verify.fleet.multinode) over every GPU as a node (2 or 4; on 1 GPU two nodes share
+#       it), NCCL over lo, judged against the socket transport's bound (verify.judging.peaks.socket_transport_bound)
 #   (e) `tunefleet verify -i` with two local hosts, each pinned to its GPU and to rail lo, the pairwise round on
-#   (f) the fleet all-reduce (verify.fleet.multinode) over every GPU as a node (2 or 4), NCCL over lo, judged
-#       against the socket transport's bound (verify.judging.peaks.socket_transport_bound)
+# On 1 GPU every part runs with the "nodes" sharing GPU 0, then it says "needs 2 GPUs" and exits 0.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 device_workdir pairwise-two-gpus
@@ -136,11 +136,23 @@ else
   note "SKIP the IB transport and ib_write_bw: ${rdma_skip:-no RDMA device under /sys/class/infiniband}"
 fi
 
-if [ "$gpus" -lt 2 ]; then
-  note "needs 2 GPUs: (e) the fleet's pairwise round and (f) the fleet all-reduce were not run ($gpus GPU here)"
-  pack pairwise_two_gpus
-  exit 0
-fi
+# (f) the fleet all-reduce, every GPU a node (2 or 4); on 1 GPU two nodes share it (each its own NCCL host)
+nodes=$(( gpus >= 4 ? 4 : 2 ))
+port=$(free_port); pids=(); start=$(date +%s.%N)
+for i in $(seq 0 $((nodes - 1))); do
+  gpu=$(( gpus >= nodes ? i : 0 ))
+  CUDA_VISIBLE_DEVICES=$gpu NCCL_HOSTID=tunefleet-node-$i NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1 \
+    $py -m verify.fleet.multinode launch --nnodes "$nodes" --node-rank "$i" --nproc-per-node 1 --master-addr 127.0.0.1 \
+      --master-port "$port" --ifname lo --min-bytes 1M --max-bytes 256M --iters 10 --warmup 3 --timeout-s 300 \
+      --result-file "$work/allreduce-m$i.json" --out "$work/allreduce-o$i.json" >"$work/allreduce-$i.log" 2>&1 &
+  pids+=($!)
+done
+for pid in "${pids[@]}"; do wait "$pid" || true; done
+note "== fleet all-reduce, $nodes nodes on $(( gpus >= nodes ? nodes : 1 )) GPU(s) over lo: $(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') s"
+tail -2 "$work/allreduce-0.log" | tee -a "$summary"
+record allreduce 'r["status"] in ("PASS", "WARN") and t["described"] == "NET/Socket over lo" and "bound" in t' \
+  "fleet all-reduce over $nodes nodes: NCCL over lo, judged against the socket transport's bound"
+
 
 # (e) the fleet's pairwise round through `tunefleet verify -i`: two hosts on the local connection. tunefleet runs
 # ansible through ansible-runner from its own interpreter: a venv with the carried wheels that sees the node's
@@ -153,11 +165,11 @@ if python3 -m venv "$venv" && "$venv/bin/python" -m pip install -q --no-index --
   mkdir -p .cache/collections/ansible_collections/tunefleet  # the project's ansible.cfg reads ./.cache/collections
   tar -C .cache/collections/ansible_collections -xzf .whl/collections.tar.gz
   ln -sfn "$PWD" .cache/collections/ansible_collections/tunefleet/gpu_node
-  cat >"$work/inventory.yml" <<'EOF'
+  cat >"$work/inventory.yml" <<EOF
 all:
   vars:
     ansible_connection: local
-    ansible_python_interpreter: "{{ ansible_playbook_python }}"
+    ansible_python_interpreter: "{{ ansible_playbook_python }}"  # the venv's, with the node's torch
     network_interfaces: [lo]
     verify_benchmarks: []
     verify_node_rdma_pairing: "off"
@@ -170,11 +182,11 @@ all:
     verify_node_pairwise_timeout_s: 240
   hosts:
     node-a: {verify_node_pairwise_gpu: 0}
-    node-b: {verify_node_pairwise_gpu: 1}
+    node-b: {verify_node_pairwise_gpu: $second}
 EOF
   rc=0; start=$(date +%s.%N)
   "$venv/bin/python" -m verify verify -i "$work/inventory.yml" --no-history --out "$work/fleet" >"$work/fleet.log" 2>&1 || rc=$?
-  note "== tunefleet verify -i (two local hosts, GPUs 0 and 1, rail lo): exit $rc, $(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') s"
+  note "== tunefleet verify -i (two local hosts, GPUs 0 and $second, rail lo): exit $rc, $(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') s"
   tail -8 "$work/fleet.log" | tee -a "$summary"
   $py - "$work/fleet" <<'PY' | tee -a "$summary"
 import glob, json, sys
@@ -189,22 +201,11 @@ print(f"CHECK {'PASS' if ok else 'FAIL'} tunefleet verify -i: the pairwise round
 PY
   rm -rf "$venv"  # not packed: the wheels came in with the checkout
 else
+  rm -rf "$venv"
   note "CHECK FAIL tunefleet verify -i not run: .whl/ must carry ansible-core, its needs, ansible-runner and collections.tar.gz"
 fi
 
-# (f) the fleet all-reduce, every GPU a node
-nodes=$(( gpus >= 4 ? 4 : 2 ))
-port=$(free_port); pids=(); start=$(date +%s.%N)
-for i in $(seq 0 $((nodes - 1))); do
-  CUDA_VISIBLE_DEVICES=$i NCCL_HOSTID=tunefleet-node-$i NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1 \
-    $py -m verify.fleet.multinode launch --nnodes "$nodes" --node-rank "$i" --nproc-per-node 1 --master-addr 127.0.0.1 \
-      --master-port "$port" --ifname lo --min-bytes 1M --max-bytes 256M --iters 10 --warmup 3 --timeout-s 300 \
-      --result-file "$work/allreduce-m$i.json" --out "$work/allreduce-o$i.json" >"$work/allreduce-$i.log" 2>&1 &
-  pids+=($!)
-done
-for pid in "${pids[@]}"; do wait "$pid" || true; done
-note "== fleet all-reduce, $nodes GPUs as $nodes nodes over lo: $(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') s"
-cat "$work/allreduce-0.log" | tail -2 | tee -a "$summary"
-record allreduce 'r["status"] in ("PASS", "WARN") and t["described"] == "NET/Socket over lo" and "bound" in t' \
-  "fleet all-reduce over $nodes nodes: NCCL over lo, judged against the socket transport's bound"
+if [ "$gpus" -lt 2 ]; then
+  note "needs 2 GPUs: every part above ran with its 'nodes' sharing GPU 0 ($gpus GPU here); a GPU per node needs a 2-GPU machine"
+fi
 pack pairwise_two_gpus
