@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from verify.runner import CommandOutput, Runner, run_command
-from verify.safe_io import is_host_root, open_trusted_dir, read_trusted_file
+from verify.safe_io import check_root_tree, is_host_root, open_trusted_dir, read_trusted_file
 
 MAX_CAPTURE_BYTES = 8 << 20  # a whole `dmesg` or `nvidia-smi -q` of an 8-GPU node is well under this
 MAX_CAPTURES = 256
@@ -87,7 +87,12 @@ def _read(directory: str, name: str) -> Optional[str]:
 
 def for_run(directory: Optional[str], root: str) -> tuple:
     """(runner, Node's live flag) of a run over `root` with the drill `directory` (None: no drill): the captures
-    answer and the tree under --root runs no command; a drill over a tree stands for a live node."""
+    answer and the tree under --root runs no command; a drill over a tree stands for a live node. A --root that is
+    a link is refused here (InjectionError naming it), the one place every run over a tree starts."""
+    try:
+        check_root_tree(root)
+    except OSError as exc:
+        raise InjectionError(f"--root {root}: {exc.strerror or exc}") from None
     if not directory:
         return run_command, None
     over_tree = not is_host_root(root)

@@ -535,11 +535,25 @@ def _walk_beneath(tree_fd: int, relative: str, path: str) -> int:
             os.close(fd)
 
 
+def check_root_tree(root: str) -> None:
+    """--root names a directory itself, never a link to one (a link at the tree's own path, planted or swapped by
+    another user, would choose the tree root reads): UnsafePathError, or FileNotFoundError / NotADirectoryError,
+    naming it. The host's own root ("/") passes."""
+    if is_host_root(root):
+        return
+    st = os.lstat(root)
+    if stat.S_ISLNK(st.st_mode):
+        raise UnsafePathError(errno.ELOOP, f"{root} is a symbolic link (of uid {st.st_uid}): name the tree's "
+                              "directory itself; a link at its own path is not followed")
+    if not stat.S_ISDIR(st.st_mode):
+        raise NotADirectoryError(errno.ENOTDIR, f"{root} is not a directory")
+
+
 def read_beneath(tree: str, absolute: str, max_bytes: int = DEFAULT_READ_CAP) -> bytes:
     """At most max_bytes of `absolute` inside `tree` (a --root tree a user may have built), resolved beneath the
     tree by descriptor (_walk_beneath), never resolved and then reopened by name: a link planted or swapped in
     the tree cannot put a file from outside it in a report. Bounded as read_capped."""
-    tree_fd = os.open(tree, _DIR_FLAGS & ~os.O_NOFOLLOW)  # the tree itself is what the operator named
+    tree_fd = os.open(tree, _DIR_FLAGS)  # the tree itself, never a link at its own path (check_root_tree)
     try:
         fd = _walk_beneath(tree_fd, absolute, os.path.join(tree, absolute.lstrip("/")))
     finally:

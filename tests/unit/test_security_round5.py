@@ -259,3 +259,33 @@ def test_another_users_vars_file_in_a_symlinked_inventory_directory_never_runs(r
     with pytest.raises(InventoryError, match="all.yml.*owned by uid 65534"):
         check_inventory(str(inventory))
     assert not marker.exists()
+
+
+# ---- --root: a link at the tree's own path (verify.safe_io.check_root_tree) --------------------------------------
+
+@needs_root
+def test_a_root_tree_that_is_another_users_link_is_refused_and_nothing_of_its_target_is_read(reachable, tmp_path,
+                                                                                             capsys):
+    """`verify --local --root /tmp/capture` where nobody made /tmp/capture a link to a tree it controls (or to
+    root's files): refused by name before anything is read; the marker in the target never reaches a report."""
+    from verify import cli
+
+    target = shared_dir(reachable / "nobody-tree")
+    (target / "etc").mkdir()
+    (target / "etc" / "hostname").write_text("MARKER-hostname\n")
+    (target / "proc").mkdir()
+    (target / "proc" / "cmdline").write_text("MARKER-cmdline\n")
+    link = reachable / "capture"
+    link.symlink_to(target)
+    give(link)
+    out = tmp_path / "out"
+    code = cli.main(["verify", "--local", "--root", str(link), "--out", str(out), "--no-bench", "--no-history",
+                     "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and f"--root {link}" in err and "symbolic link" in err
+    assert not any("MARKER" in p.read_text(errors="replace") for p in out.rglob("*") if p.is_file())
+    from verify.node import Node
+
+    # read by descriptor: a link swapped in after the check is not followed (the file reads as absent)
+    assert Node(root=str(link)).read_value("/etc/hostname") is None
+    assert Node(root=str(target)).read_value("/etc/hostname") == "MARKER-hostname"
