@@ -69,7 +69,7 @@ from verify.facts import (  # noqa: E402
     versions,
 )
 from verify.fleet import baseline, baseline_rules, model, unpack  # noqa: E402
-from verify.history import drain  # noqa: E402
+from verify.history import drain, window  # noqa: E402
 from verify.judging import thresholds  # noqa: E402
 from verify.result import Status  # noqa: E402
 from verify.scheduler import kernel_events, nvml  # noqa: E402
@@ -336,6 +336,8 @@ PARSERS = [
            _fixture("bench/h200x2_hostcopy.stdout", "bench/h200x2_odirect_qd1.stdout")),
     Parser("verify.bench.common:parse_size", lambda d: common.parse_size(text(d)), (ValueError,),
            [b"4096", b"1M", b"4G", b"512MiB"]),
+    Parser("verify.history.window:parse_window", lambda d: window.parse_window(text(d)), (ValueError,),
+           [b"..2026-12-01", b"2026-12-01..", b"2026-11-01T06:00:00+02:00..2026-12-01Z", b"20261201T0600Z-ab12"]),
     Parser("verify.facts.hardware:read_pcie",
            in_tree("/sys/bus/pci/devices/0000:18:00.0/current_link_speed", lambda n: _pcie(n)), (ValueError,),
            [b"32.0 GT/s PCIe\n", b"16.0 GT/s PCIe\n"]),

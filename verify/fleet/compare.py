@@ -530,7 +530,7 @@ def main(args) -> int:
             raise ValueError(f"--format: unknown {', '.join(unknown)}; choose from {', '.join(FORMATS)}")
         if args.out:
             check_out_dir(args.out, args.world_readable)
-        before, after = _read_sides(args)
+        before, after = _sides_from_args(args)
     except (ValueError, OutDirError, FileNotFoundError, HistoryError) as exc:  # a foreign or locked history too
         print(f"{name}: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -549,7 +549,7 @@ def main(args) -> int:
     return document["verdict"]["exit_code"]
 
 
-def _read_sides(args) -> tuple:
+def _sides_from_args(args) -> tuple:
     """Both sides, each a directory or a history window; ValueError naming the side and what is wrong."""
     from verify.history.window import parse_window
     from verify.safe_io import check_plain_component
