@@ -26,6 +26,11 @@ class UsageError(ValueError):
     """Bad command-line input; the message names it."""
 
 
+# The ledger the roles write before their first change (plugins/module_utils/ledger_core.DEFAULT_LEDGER_PATH;
+# tests/unit/test_report_standing.py holds the two equal).
+LEDGER_PATH = "/var/lib/tunefleet/ledger.json"
+
+
 def load_named_profile(name: str) -> dict:
     try:
         from verify.profiles import load_profile
@@ -92,7 +97,7 @@ def choose_profile(spec: dict, facts: dict, node: Optional[Node] = None) -> tupl
             return picked, f"{picked['name']}: auto, {picked.get('auto_how') or 'its match fits'}; node: {seen}"
     floors = derived_floors(hardware) if hardware else "recorded only"
     why = "no shipped profile matches" if name == "auto" else "no profile named (verify_profile is empty)"
-    return None, f"derived from link peaks: {why} {seen}; floors: {floors}"
+    return None, f"derived from link peaks: {why}; node: {seen}; floors: {floors}"
 
 
 def check_bench_options(spec: dict) -> None:
@@ -194,6 +199,9 @@ def verify_node(spec: dict, node: Node, bench: bool = True, bench_names: Optiona
         "root": node.root,
         "benchmarks": bool(bench),
         "bench": bench_record,
+        # Whether tunefleet's roles ever changed this node (their ledger exists): a config FAIL is then drift,
+        # else what applying site.yml would change (verify.report.standing says so).
+        "tunefleet_applied": node.exists(LEDGER_PATH),
         "command": "tunefleet " + " ".join(sys.argv[1:]) if sys.argv else "",
         # Which interpreter ran verify and its engines (a fleet run: how verify.fleet.node_python found it).
         "python": dict((spec.get("verify") or {}).get("python") or {}, running=sys.executable),
@@ -229,6 +237,13 @@ def largest_phases(phases: dict, count: int = 5) -> str:
     """'engine.allreduce_s 3.1 s, engine.torch_import_s 2.8 s, ...': where the time went, for the terminal."""
     items = sorted(((k, v) for k, v in phases.items() if isinstance(v, (int, float))), key=lambda kv: -kv[1])
     return ", ".join(f"{name.removesuffix('_s')} {seconds:.1f} s" for name, seconds in items[:count])
+
+
+def time_line(phases: dict, total_s: Optional[float]) -> str:
+    """'time: 2.4 s in all (since the process started); largest: facts 0.9 s, ...': the phases are parts of
+    the whole, so the whole is the process's age (start-up included), never a part smaller than its parts."""
+    whole = f"{total_s:.1f} s in all (since the process started)" if total_s is not None else "total unknown"
+    return f"time: {whole}; largest: {largest_phases(phases)}"
 
 
 def peer_access_from_engine(results: list, record: dict, node: Node) -> list:
@@ -331,7 +346,7 @@ def main(args) -> int:
     if not args.quiet and written:
         print(f"reports: {', '.join(os.path.join(args.out, WRITERS[f][1]) for f in written)}")
     if not args.quiet:
-        print(f"time: {report['run'].get('duration_s', 0):.1f} s after start-up; largest: {largest_phases(phases)}")
+        print(time_line(phases, process_age_s()))
     return exit_code(CheckResult.from_dict(r) for r in report["results"])
 
 

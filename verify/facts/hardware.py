@@ -70,7 +70,7 @@ class Hardware:
     def describe(self) -> str:
         """One line for the report: "2x NVIDIA H200, NVLink 18 links (478.1 GB/s) per GPU, PCIe Gen5 x16, no HCA"."""
         if not self.gpus:
-            parts = [f"no GPU ({self.gpu_reason})" if self.gpu_reason else "no GPU"]
+            parts = ["no GPU"] + ([self.gpu_reason] if self.gpu_reason else [])  # the reason's own () stay unnested
         else:
             names = sorted({g.name for g in self.gpus})
             parts = [f"{len(self.gpus)}x {' + '.join(names)}"]

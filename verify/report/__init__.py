@@ -176,6 +176,27 @@ def people_counts(report: dict) -> dict:
     return shown
 
 
+def standing(report: dict) -> str:
+    """One line on where the node stands, for every human-facing format: on a node tunefleet's roles were
+    never applied to (verify --local records whether its ledger exists: run.tunefleet_applied), the FAILs
+    the roles remove are what applying site.yml would change, not faults: what `make demo` shows on an
+    untuned machine after its check-mode run. "" where the run recorded nothing of it (an older report),
+    tunefleet did apply here (a FAIL is then drift), or no such FAIL."""
+    applied = section(report, "run").get("tunefleet_applied")
+    if applied is not False:
+        return ""
+    from verify.judging import remedies
+
+    fixable = 0
+    for result in results_of(report):
+        remedy = remedies.remedy_of(result.to_dict()) if result.status is Status.FAIL else None
+        fixable += bool(remedy and remedy.get("kind") == remedies.ROLE and remedy.get("fixable"))
+    if not fixable:
+        return ""
+    return (f"tunefleet's roles were never applied to this node (no ledger): the {fixable} FAIL(s) its roles fix "
+            f"are what applying {remedies.SITE} would change, not faults (a --check run changes nothing)")
+
+
 def host_of(report: dict) -> str:
     return fact_text(report, "host", default="unknown")
 

@@ -32,9 +32,10 @@ def lines(report: dict) -> list:
     out = [headline(report)]
     for item in (i for i in listed(record, "skipped") if isinstance(i, dict)):
         out.append(f"skipped {fact_text(item, 'benchmark')}: {fact_text(item, 'reason')}")
-    if fact_text(record, "profile_how", default=""):
-        out.append(f"profile: {fact_text(record, 'profile_how')}")
+    how = fact_text(record, "profile_how", default="")
+    if how:
+        out.append(f"profile: {how}")
     summary = fact_text(record, "hardware", "summary", default="")
-    if summary:
+    if summary and summary not in how:  # the profile line names the node already: each reason once
         out.append(f"hardware: {summary}")
     return out

@@ -102,8 +102,9 @@ def row_of(result: CheckResult) -> BenchRow:
 
 def bar_svg(row: BenchRow) -> str:
     """The figure as a bar on a scale to its physical peak (or past the floor and figure where no peak is
-    known): the floor a dark tick, the peak the end of the grey track. '' when there is no figure."""
-    if row.value is None:
+    known): the floor a dark tick, the peak the end of the grey track. '' when there is no figure, or nothing
+    to scale it against (a RECORDED figure with no floor and no peak: a bar would be a length of nothing)."""
+    if row.value is None or (row.floor is None and not row.peak):
         return ""
     scale = max(v for v in (row.peak, row.floor, row.value) if v is not None) or 1.0
     if not row.peak:

@@ -20,6 +20,7 @@ from verify.report import (
     one_line,
     people_counts,
     section,
+    standing,
     status_label,
     summary_of,
 )
@@ -56,6 +57,7 @@ def node_view(report: dict) -> dict:
         "profile": fact_text(report, "profile", default="none"),
         "exit_code": code,
         "action": action_note(report),
+        "standing": standing(report),
         "counts": people_counts(report),
         "os_name": fact_text(facts, "os", "pretty_name", default="unknown OS"),
         "kernel": fact_text(facts, "kernel"),

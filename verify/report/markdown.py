@@ -10,6 +10,7 @@ from verify.report import (
     one_line,
     people_counts,
     section,
+    standing,
     summary_of,
 )
 from verify.report.bench_phase import lines as bench_lines
@@ -34,6 +35,7 @@ def render(report: dict) -> str:
         "",
         " · ".join(f"**{status}** {count}" for status, count in people_counts(report).items()),
         "",
+        *([f"> {_cell(standing(report))}", ""] if standing(report) else []),
         *(f"- {_cell(line)}" for line in bench_lines(report)),
         "",
         *benchmarks, *([""] if benchmarks else []),
