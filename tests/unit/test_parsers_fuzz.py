@@ -73,6 +73,7 @@ from verify.history import drain, window  # noqa: E402
 from verify.judging import thresholds  # noqa: E402
 from verify.result import Status  # noqa: E402
 from verify.scheduler import kernel_events, nvml  # noqa: E402
+from verify.scheduler import policy as scheduler_policy  # noqa: E402
 from verify.scheduler import state as scheduler_state  # noqa: E402
 
 FIXTURES = REPO / "tests" / "fixtures"
@@ -497,6 +498,9 @@ PARSERS = [
            _fixture("preflight/ip_d_j_link_show.json", "preflight/ip_d_link_show.txt")),
     # the prolog's NVML child's answer through the pipe (bounded JSON: a damaged marshal stream took 12 GB)
     Parser("verify.scheduler.nvml:_unpack", lambda d: nvml._unpack(d, lambda: "exit 0"), ()),
+    Parser("verify.scheduler.policy:parse", lambda d: scheduler_policy.loads(text(d), "fuzz"),
+           (scheduler_policy.PolicyError,), [b'{"xids": {"79": "warn"}, "checks": {"health.ib": {"do": "drain", '
+                                             b'"after_runs": 3, "recovery_s": 900}}}']),
 ]
 
 
@@ -595,6 +599,8 @@ EXEMPT = {
     "verify.scheduler.kernel_events:read_kmsg": "reads /dev/kmsg; each record goes to parse_kmsg_record (fuzzed)",
     "verify.scheduler.kernel_events:read_since": "read_kmsg from a cursor",
     "verify.scheduler.nvml:read_raw": "NVML calls, no text parsed",
+    "verify.scheduler.nvml:reading_problem": "a shape check of the decoded answer: fuzzed through nvml:_unpack and "
+                                             "tests/unit/test_scheduler_total.py",
     "verify.facts.fabric:read_gpu_fabric": "NVML / nvidia-smi -q; its text goes to parse_smi_fabric (fuzzed)",
     "verify.facts.fabric:read_manager": "systemctl and nv-fabricmanager --version; parse_manager_version is fuzzed",
     "verify.stats.outliers:readings": "a CheckResult's own repeated figures (details.tries/runs), no text parsed; "

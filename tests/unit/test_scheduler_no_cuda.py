@@ -63,7 +63,7 @@ def machine(tmp_path):
 @pytest.mark.parametrize("mode", MODES)
 def test_no_hook_imports_torch_or_an_engine(tmp_path, machine, mode):
     code, modules = hook(tmp_path, "--mode", mode, *machine["spec"], *machine["over_tree"])
-    assert code in (0, 1, 3), code
+    assert code in ((0, 1, 2) if mode == "npd" else (0, 1, 3)), code  # npd: 2 is "unknown" (an ERROR)
     assert imported(modules, NEVER_ON_A_HOOK) == []
     if mode in ("prolog", "epilog"):
         assert imported(modules, NEVER_ON_THE_PROLOG) == []

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass
+from typing import Optional
 
 from verify.node import Node
 
@@ -41,5 +42,10 @@ def select_interfaces(network: dict, node: Node) -> Selection:
     return Selection(chosen, missing)
 
 
-def nothing_selected_reason() -> str:
+def nothing_selected_reason(selection: Optional[Selection] = None) -> str:
+    """Why a NIC check has no NIC to judge (it SKIPs: a check needs the hardware it judges)."""
+    if selection is not None and selection.missing:
+        return (f"no interface selected: {', '.join(selection.missing)} named in network_interfaces "
+                f"{'is' if len(selection.missing) == 1 else 'are'} not on this node and network_interface_match "
+                "matches none")
     return "no interface selected (network_interfaces is empty and network_interface_match matches none)"

@@ -62,5 +62,5 @@ def run(spec: dict, node: Node) -> list:
         return [skip("network.irq_affinity", ROLE, "network_irq_affinity is false: IRQs are not pinned")]
     selection = select_interfaces(network, node)
     if not selection.present:
-        return [skip("network.irq_affinity", ROLE, nothing_selected_reason())]
+        return [skip("network.irq_affinity", ROLE, nothing_selected_reason(selection))]
     return [check_interface(node, name) for name in selection.present]
