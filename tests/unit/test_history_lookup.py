@@ -35,7 +35,7 @@ def test_after_make_demo_history_reads_the_demo_s_history_and_says_so(tmp_path):
     missing = tmp_path / "nothing-here" / "history.sqlite"  # the default place, never written
     done = history(tmp_path, missing)
     assert done.returncode == 0 and "Traceback" not in done.stderr
-    assert done.stdout.split() == ["gpu-07"]
+    assert hosts_of(done.stdout) == ["gpu-07"]
     assert f"reading {db}" in done.stderr and f"{missing} does not exist" in done.stderr
 
 
@@ -47,12 +47,21 @@ def test_the_newest_of_several_local_histories_is_read(tmp_path):
     assert done.returncode == 0 and f"reading {newer}" in done.stderr
 
 
-def test_the_default_history_wins_when_it_exists(tmp_path):
-    demo_run(tmp_path)
+def test_the_default_history_wins_when_it_exists_and_the_demo_s_is_named(tmp_path):
+    demo = demo_run(tmp_path)
     (tmp_path / "elsewhere").mkdir()
     default = demo_run(tmp_path / "elsewhere")
     done = history(tmp_path, default)
-    assert done.returncode == 0 and "reading" not in done.stderr and done.stdout.split() == ["gpu-07"]
+    assert done.returncode == 0 and hosts_of(done.stdout) == ["gpu-07"]
+    assert f"reading {default} (the default" in done.stderr
+    assert f"--history {demo.relative_to(tmp_path)} reads it" in done.stderr
+
+
+def hosts_of(table: str) -> list:
+    """The HOST column of `tunefleet history`'s per-host table."""
+    lines = table.splitlines()
+    assert lines[0].split()[:2] == ["HOST", "RUNS"]
+    return [line.split()[0] for line in lines[1:lines.index("")]]
 
 
 def test_with_no_history_anywhere_it_names_where_to_look(tmp_path):
@@ -60,3 +69,25 @@ def test_with_no_history_anywhere_it_names_where_to_look(tmp_path):
     done = history(tmp_path, missing)
     assert done.returncode == EXIT_BAD_INPUT and "Traceback" not in done.stderr
     assert "pass --history PATH" in done.stderr and "reports/demo/history.sqlite" in done.stderr
+
+
+def test_the_bare_command_shows_a_table_of_every_hosts_runs(tmp_path):
+    """Runs per host, the first and the last, and the last one's source, worst status and exit code."""
+    from verify.history.store import Measurement, RunRecord, open_store
+
+    db = tmp_path / "h.sqlite"
+    with open_store(str(db)) as store:
+        for i, (host, worst, code) in enumerate([("gpu-01", "PASS", 0), ("gpu-02", "PASS", 0), ("gpu-01", "FAIL", 1)]):
+            store.record(RunRecord(host, f"2026-11-2{i}T00:00:00+00:00", "fleet", f"r{i}", worst, code,
+                                   [Measurement("bench.h2d.gpu0", worst, 55.0, "GB/s")], {}))
+    done = history(tmp_path, tmp_path / "none" / "history.sqlite", "--history", str(db))
+    assert done.returncode == 0 and f"reading {db}" in done.stderr
+    rows = [line.split() for line in done.stdout.splitlines()]
+    assert rows[0] == ["HOST", "RUNS", "FIRST", "RUN", "LAST", "RUN", "SOURCE", "WORST", "EXIT"]
+    assert rows[1] == ["gpu-01", "2", "2026-11-20T00:00:00+00:00", "2026-11-22T00:00:00+00:00", "fleet", "FAIL", "1"]
+    assert rows[2] == ["gpu-02", "1", "2026-11-21T00:00:00+00:00", "2026-11-21T00:00:00+00:00", "fleet", "PASS", "0"]
+    assert "2 host(s), 3 run(s)" in done.stdout and "tunefleet history --host HOST" in done.stdout
+    as_json = history(tmp_path, tmp_path / "none" / "history.sqlite", "--history", str(db), "--format", "json")
+    import json
+
+    assert [h["runs"] for h in json.loads(as_json.stdout)["hosts"]] == [2, 1]

@@ -51,7 +51,8 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
 def add_history_parser(sub) -> None:
     p = sub.add_parser("history", help="a host's benchmark figures over its runs, or the fleet's regressions")
     p.add_argument("--history", metavar="PATH", default=None, help="history database (default: as for verify)")
-    p.add_argument("--host", default=None, help="the host whose trend to show (default: list the hosts)")
+    p.add_argument("--host", default=None,
+                   help="the host whose figures to show over its runs (default: a table of every host's runs)")
     p.add_argument("--check", action="append", default=[], help="only this check (repeatable), e.g. bench.h2d.gpu0")
     p.add_argument("--last", type=int, default=None, help="only the last N runs")
     p.add_argument("--format", choices=("table", "csv", "json", "html"), default="table")
@@ -198,8 +199,7 @@ def main(args) -> int:
         if not args.history:
             print(f"tunefleet history: {where_to_look()}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    if note:
-        print(f"tunefleet history: {note}", file=sys.stderr)
+    print(f"tunefleet history: {note or reading_note(path, args.history)}", file=sys.stderr)
     with store:
         try:
             if args.regressions:
@@ -218,7 +218,7 @@ def main(args) -> int:
                 else:
                     text = trend.RENDERERS[args.format](data)
             else:
-                text = "\n".join(store.hosts()) + "\n"
+                text = hosts_text(store.host_runs(), store.path, args.format)
         except HistoryError as exc:
             print(f"tunefleet history: {exc}", file=sys.stderr)
             return EXIT_BAD_INPUT
@@ -246,6 +246,62 @@ def history_to_read(asked: Optional[str], default: str) -> tuple:
     newest = max(found)[1]
     return newest, (f"reading {newest}, the newest {LOCAL_HISTORIES} here ({default} does not exist); "
                     "--history PATH reads another")
+
+
+def reading_note(path: str, asked: Optional[str]) -> str:
+    """Which history is read and why, and where the others are: the demo's beside its reports
+    (`make demo` keeps its own) is named with the option that reads it."""
+    note = f"reading {path}" + ("" if asked else " (the default: $TUNEFLEET_HISTORY, else the machine's)")
+    here = Path.cwd()
+    others = sorted(str(entry.relative_to(here)) for entry in here.glob(LOCAL_HISTORIES)
+                    if entry.is_file() and not entry.is_symlink() and os.path.abspath(entry) != os.path.abspath(path))
+    if others:
+        note += f"; {others[0]} is another (`make demo` writes one): --history {others[0]} reads it"
+    return note
+
+
+HOSTS_HEADER = ("HOST", "RUNS", "FIRST RUN", "LAST RUN", "SOURCE", "WORST", "EXIT")
+
+
+def hosts_text(hosts: list, path: str, fmt: str) -> str:
+    """Every host of the history with its runs (verify.history.store.HostRuns), as a table, CSV, JSON or HTML."""
+    import json
+
+    rows = [(h.host, str(h.runs), h.first_at, h.last_at, h.last_source, h.last_worst, str(h.last_exit_code))
+            for h in hosts]
+    if fmt == "json":
+        return json.dumps({"history": path, "hosts": [dict(zip(("host", "runs", "first_at", "last_at", "last_source",
+                                                               "last_worst", "last_exit_code"),
+                                                              (h.host, h.runs, h.first_at, h.last_at, h.last_source,
+                                                               h.last_worst, h.last_exit_code))) for h in hosts]},
+                          indent=1) + "\n"
+    if fmt == "csv":
+        import csv
+        import io
+
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow([c.lower().replace(" ", "_") for c in HOSTS_HEADER])
+        writer.writerows(rows)
+        return out.getvalue()
+    if fmt == "html":
+        from html import escape
+
+        def cells(row: tuple, tag: str) -> str:
+            return "".join(f"<{tag}>{escape(c)}</{tag}>" for c in row)
+
+        return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>tunefleet history</title>"
+                f"</head><body><h1>{escape(path)}</h1><table><tr>{cells(HOSTS_HEADER, 'th')}</tr>"
+                + "".join(f"<tr>{cells(row, 'td')}</tr>" for row in rows) + "</table></body></html>\n")
+    if not rows:
+        return f"no run recorded in {path}\n"
+    widths = [max(len(row[i]) for row in [HOSTS_HEADER, *rows]) for i in range(len(HOSTS_HEADER))]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip()
+             for row in [HOSTS_HEADER, *rows]]
+    total = sum(h.runs for h in hosts)
+    lines += ["", f"{len(rows)} host(s), {total} run(s); a host's figures over its runs: "
+              "tunefleet history --host HOST (--format html draws them)"]
+    return "\n".join(lines) + "\n"
 
 
 def where_to_look() -> str:

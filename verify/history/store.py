@@ -151,6 +151,19 @@ class PastRun:
     config: Optional[dict]
 
 
+@dataclass
+class HostRuns:
+    """One host's runs in the history, summed up: the last run's time, source, worst status and exit code."""
+
+    host: str
+    runs: int
+    first_at: str
+    last_at: str
+    last_source: str
+    last_worst: str
+    last_exit_code: int
+
+
 class HistoryStore:
     """An open, validated, migrated history file. Use as a context manager or call close()."""
 
@@ -346,6 +359,15 @@ class HistoryStore:
     def hosts(self) -> list:
         with self._errors("read"):
             return [row[0] for row in self.db.execute("SELECT name FROM hosts ORDER BY name")]
+
+    def host_runs(self) -> list:
+        """[HostRuns] per host, by name: how many runs, the first one's time and the last one (`tunefleet history`)."""
+        query = ("SELECT h.name, agg.n, agg.first, r.started_at, r.source, r.worst, r.exit_code FROM "
+                 "(SELECT host_id, count(*) AS n, min(started_at) AS first, max(id) AS last FROM runs GROUP BY host_id)"
+                 " agg JOIN hosts h ON h.id = agg.host_id JOIN runs r ON r.id = agg.last ORDER BY h.name")
+        with self._errors("read"):
+            return [HostRuns(*(str(v) if i not in (1, 6) else v for i, v in enumerate(row)))
+                    for row in self.db.execute(query)]
 
     def checks(self) -> dict:
         """check_id -> (unit, higher_is_better)."""
