@@ -10,6 +10,7 @@ Systems with no fabric (PCIe cards, NVLink bridges, one GPU in a VM) SKIP with t
 """
 from __future__ import annotations
 
+import re
 from typing import Optional
 
 from verify.checks.common import error, result, skip
@@ -20,12 +21,14 @@ from verify.facts.fabric import (
     FABRIC_NAMES,
     FABRIC_NOT_STARTED,
     FABRIC_NOT_SUPPORTED,
+    MANAGER_LOG,
     MANAGER_UNIT,
     UNREADABLE,
     ManagerState,
     nvswitches,
     read_gpu_fabric,
     read_manager,
+    read_manager_log,
 )
 from verify.facts.pci import driver_reason
 from verify.judging import verdicts
@@ -117,16 +120,51 @@ def judge_fabric(index: int, bus_id: str, state: int, status: Optional[int],
                   fix=verdicts.remedy(verdicts.REBOOT, index, label))
 
 
-def judge_manager(manager: ManagerState, driver: str, switches: list) -> object:
+# The Fabric Manager's own log lines of this boot (verify.facts.fabric.read_manager_log): pattern -> (class, words).
+# A fatal NVSwitch error needs the GPUs and switches reset together (Fabric Manager User Guide, "NVSwitch SXid
+# errors": the same class as health.nvswitch.sxid); a non-fatal one is logged and counted; any other ERROR line
+# is watched. The patterns are the ones leptonai/gpud's fabric-manager-log component matches.
+MANAGER_LOG_RULES = (
+    (re.compile(r"detected NVSwitch fatal error (\d+)"), verdicts.REBOOT, "NVSwitch fatal error"),
+    (re.compile(r"detected NVSwitch non-fatal error (\d+)"), verdicts.WATCH, "NVSwitch non-fatal error"),
+    (re.compile(r"failed to find the GPU handle \d+ in the multicast team"), verdicts.WATCH,
+     "a GPU missing from an NVLink multicast team"),
+)
+
+
+def manager_log_findings(lines: list) -> list:
+    """(class, words) per kind of event the log holds this boot, with its count and its first line."""
+    found: dict = {}
+    for line in lines:
+        for pattern, action, words in MANAGER_LOG_RULES:
+            match = pattern.search(line.message)
+            if match:
+                key = (action, words + (f" {match.group(1)}" if match.groups() else ""))
+                break
+        else:
+            if line.level not in ("ERROR", "FATAL"):
+                continue
+            key = (verdicts.WATCH, f"{line.level} line")
+        count, first = found.get(key, (0, line.message))
+        found[key] = (count + 1, first)
+    return [(action, f"{MANAGER_UNIT} logged {words} ({count}x this boot; first: {first[:160]})")
+            for (action, words), (count, first) in found.items()]
+
+
+def judge_manager(manager: ManagerState, driver: str, switches: list, log_lines=(), log_why: str = "") -> object:
     check_id = "health.fabric.manager"
     expected = f"{MANAGER_UNIT} active, version {driver or 'of the driver'}"
     observed = f"{manager.state_text}, version {manager.version or 'unknown'}"
-    details = {"switches": switches, "state": manager.state_text, "version": manager.version, "driver": driver}
+    logged = manager_log_findings(list(log_lines))
+    details = {"switches": switches, "state": manager.state_text, "version": manager.version, "driver": driver,
+               "log": [words for _, words in logged]}
     if manager.active is None:
         return skip(check_id, ROLE, f"cannot read {MANAGER_UNIT}'s state ({manager.state_text})", expected)
     if not manager.active:
+        said = "; ".join(words for _, words in logged)
         return result(check_id, ROLE, Status.FAIL, expected, observed,
-                      f"{len(switches)} NVSwitch(es) on the bus and {MANAGER_UNIT} is {manager.state_text}",
+                      f"{len(switches)} NVSwitch(es) on the bus and {MANAGER_UNIT} is {manager.state_text}"
+                      + (f"; {said}" if said else ""),
                       details=dict(details, **{verdicts.ACTION_KEY: verdicts.REBOOT}),
                       fix=f"{MANAGER_UNIT}: {START_MANAGER}")
     if driver and manager.version and manager.version != driver:
@@ -135,6 +173,14 @@ def judge_manager(manager: ManagerState, driver: str, switches: list) -> object:
                       "to run or leaves the fabric unconfigured)",
                       details=dict(details, **{verdicts.ACTION_KEY: verdicts.REBOOT}),
                       fix=f"install the fabric manager package of driver {driver}, then restart {MANAGER_UNIT}")
+    if logged:
+        action = verdicts.worst(a for a, _ in logged)
+        return result(check_id, ROLE, verdicts.status_of(action), expected, observed,
+                      "; ".join(words for a, words in logged if a == action),
+                      details=dict(details, **{verdicts.ACTION_KEY: action}),
+                      fix=verdicts.remedy(action, "", "the NVSwitches and GPUs") + f" (log: {MANAGER_LOG})")
+    if log_why:
+        return error(check_id, ROLE, log_why, expected)
     return result(check_id, ROLE, Status.PASS, expected, observed, details=details)
 
 
@@ -166,7 +212,7 @@ def run(spec: dict, node: Node) -> list:
     for row, gpu in zip(rows, with_fabric):
         row.details.update(clique_id=gpu.clique_id, cluster_uuid=gpu.cluster_uuid, guid=gpu.guid)
     if manager is not None:
-        rows.append(judge_manager(manager, driver, switches))
+        rows.append(judge_manager(manager, driver, switches, *read_manager_log(node)))
     else:
         rows.append(skip("health.fabric.manager", ROLE, "no NVSwitch on this host's PCI bus: the fabric is managed "
                                                         "off the host (GB200 NVL switch trays) or there is none"))

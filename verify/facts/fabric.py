@@ -164,3 +164,50 @@ def read_manager(node: Node) -> ManagerState:
     active = None if state.missing else text == "active"
     version = node.run(MANAGER_VERSION_ARGV, timeout_s=10.0)
     return ManagerState(active, text, "" if version.missing else parse_manager_version(version.stdout))
+
+
+# The Fabric Manager's own log (its default LOG_FILE_NAME; NVIDIA Fabric Manager User Guide, "Log file"), one
+# line per event: "[Jul 23 2024 07:53:55] [ERROR] [tid 841] detected NVSwitch fatal error 20034 on fid 0 on
+# NVSwitch pci bus id 00000000:86:00.0 physical id 3 port 33" (the lines leptonai/gpud's fabric-manager-log
+# component quotes from its nodes). Stamps are the node's local time, no year zone: read on the node itself.
+MANAGER_LOG = "/var/log/fabricmanager.log"
+_MANAGER_LINE = re.compile(r"^\[(?P<stamp>[A-Z][a-z]{2} +\d{1,2} \d{4} \d{2}:\d{2}:\d{2})\] \[(?P<level>[A-Z]+)\] "
+                           r"(?:\[tid \d+\] )?(?P<message>.*?)\s*$")
+
+
+@dataclass
+class ManagerLogLine:
+    at: Optional[float]  # Unix time (the node's local clock), None where the stamp does not parse
+    level: str
+    message: str
+
+
+def parse_manager_log(text: str) -> list:
+    """The log's event lines, in order; other lines (continuations, foreign text) are not events. Total."""
+    import time
+
+    found = []
+    for line in (text or "").splitlines()[-200_000:]:
+        match = _MANAGER_LINE.match(line)
+        if not match:
+            continue
+        try:
+            at = time.mktime(time.strptime(" ".join(match.group("stamp").split()), "%b %d %Y %H:%M:%S"))
+        except (ValueError, OverflowError):
+            at = None
+        found.append(ManagerLogLine(at, match.group("level"), match.group("message")[:400]))
+    return found
+
+
+def read_manager_log(node: Node) -> tuple:
+    """([ManagerLogLine] of this boot, why not): the lines stamped after the kernel booted (/proc/stat btime);
+    ([], '') where the log is absent, ([], 'could not read ...') where it is present and unreadable."""
+    if not node.exists(MANAGER_LOG):
+        return [], ""
+    text = node.read(MANAGER_LOG)
+    if text is None:
+        return [], f"{UNREADABLE} {MANAGER_LOG} (too large or not a regular file)"
+    boot = next((int(line.split()[1]) for line in (node.read("/proc/stat") or "").splitlines()
+                 if line.startswith("btime ") and line.split()[1:2] and line.split()[1].isdigit()), None)
+    lines = parse_manager_log(text)
+    return [line for line in lines if boot is None or line.at is None or line.at >= boot], ""
