@@ -32,6 +32,7 @@ V100_ERR = (PUBLIC / "nvidia-smi_faulty_azhpc-diagnostics77-v100-power-err.txt")
 HANDLE = (PUBLIC / "nvidia-smi_faulty_ogkm387-device-handle-unknown-error-520.61.05.txt").read_text()
 HANDLE_A = (PUBLIC / "nvidia-smi-a-i0_faulty_nvidia-docker1553-device-handle.txt").read_text()
 UNREACHABLE = (PUBLIC / "nvidia-smi_faulty_pastebin-Bc7vp497-driver-unreachable.txt").read_text()
+NO_DEVICES = (PUBLIC / "nvidia-smi_faulty_ogkm862-no-devices-rm-init-failed.txt").read_text()
 NOT_PASSED = (Status.FAIL, Status.ERROR)
 
 
@@ -86,11 +87,12 @@ def test_a_driver_that_does_not_answer_fails_where_the_bus_shows_gpus_and_skips_
 
 
 def test_no_devices_found_on_a_bus_with_gpus_is_every_gpu_lost(tmp_path):
-    runner = answering(csv=(6, "No devices were found\n", ""))
-    result, _ = presence(tmp_path / "gpus", runner, buses=M40_BUSES)
+    # open-gpu-kernel-modules#862: the GPU at 0000:01:00.0 on the bus, RmInitAdapter failed, nvidia-smi finds none
+    runner = answering(csv=(6, NO_DEVICES, ""))
+    result, _ = presence(tmp_path / "gpus", runner, buses=("0000:01:00.0",))
     assert result.status is Status.FAIL and result.details["action"] == verdicts.REBOOT
-    assert "initialised none" in result.reason
-    bare, _ = presence(tmp_path / "bare", answering(csv=(6, "No devices were found\n", "")))
+    assert "initialised none" in result.reason and "not installed" not in result.reason
+    bare, _ = presence(tmp_path / "bare", answering(csv=(6, NO_DEVICES, "")))
     assert bare.status is Status.SKIP  # no GPU on the bus and none expected: nothing is lost
 
 
