@@ -258,3 +258,15 @@ def test_every_decision_is_a_check_result_status_the_report_knows():
     decision = policies.apply(policies.Policy(), [CheckResult("health.gpu.presence", "health", Status.FAIL)], {},
                               1.0, True).decisions[0]
     assert decision.do == "drain" and decision.to_dict()["rule"] == "default.hardware"
+
+
+def test_an_operator_can_make_a_pending_reset_drain_the_prolog(tmp_path):
+    """Xid 48 / 63 (reset-gpu: WARN, the vendor lets new work start) drain only where the policy says so."""
+    machine = Machine(tmp_path)
+    default = run(machine, "prolog", "xid48_63")
+    assert default.code == 0 and row(default, drills.XID_ROW)["details"]["policy"]["rule"] == "default.warn"
+    strict = policies.parse({"actions": {"reset-gpu": "drain"}}, "strict.json")
+    scheduler = slurm()
+    drained = run(Machine(tmp_path / "strict"), "prolog", "xid48_63", scheduler, policy=strict)
+    assert drained.code == 1 and updates(scheduler)[0][4].startswith("Reason=tunefleet: reset-gpu: health.gpu.xid.")
+    assert updates(scheduler)[0][4].endswith("(policy actions.reset-gpu)")
