@@ -137,3 +137,11 @@ def test_a_planted_3_percent_drop_on_100_hosts_at_1_percent_noise_is_found_with_
     assert result.low < -3.0 < result.high < 0  # the interval holds the planted drop and excludes no change
     assert result.high - result.low < 1.0
     assert maths.holm([result.p_value], ALPHA) == [True]
+
+
+def test_the_sample_sd_in_floats_agrees_with_statistics():
+    import statistics
+
+    rng = random.Random(2)
+    values = [rng.gauss(100, 3) for _ in range(1000)]
+    assert maths.sample_sd(values) == pytest.approx(statistics.stdev(values), rel=1e-12)

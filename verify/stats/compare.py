@@ -31,7 +31,7 @@ from bisect import bisect_left
 from dataclasses import dataclass
 from itertools import repeat
 from operator import sub
-from statistics import NormalDist, fmean, stdev
+from statistics import NormalDist
 from typing import Optional, Sequence
 
 from verify.stats.outliers import MODIFIED_Z_LIMIT, median
@@ -180,13 +180,20 @@ def holm_adjusted(p_values: Sequence[Optional[float]]) -> list:
     return adjusted
 
 
+def sample_sd(values: Sequence[float]) -> float:
+    """The sample standard deviation (n - 1), in floats: statistics.stdev's exact fractions cost 70 ms at
+    10,000 values, for digits no figure has."""
+    centre = math.fsum(values) / len(values)
+    return math.sqrt(math.fsum((v - centre) ** 2 for v in values) / (len(values) - 1))
+
+
 def relative_sd(values: Sequence[float]) -> Optional[tuple]:
     """(relative sample standard deviation, its degrees of freedom) of a node's repeated readings; None under
     MIN_READINGS readings, or with no spread (a quantised figure read alike every time says nothing of noise)."""
     if len(values) < MIN_READINGS:
         return None
-    centre = fmean(values)
-    sd = stdev(values)
+    centre = math.fsum(values) / len(values)
+    sd = sample_sd(values)
     return (sd / abs(centre), len(values) - 1) if centre and sd > 0 else None
 
 
@@ -201,7 +208,7 @@ def fleet_change_sd(changes: Sequence[float]) -> Optional[tuple]:
     kept = [c for c in changes if not mad or 0.6745 * abs(c - centre) / mad <= MODIFIED_Z_LIMIT]
     if len(kept) < MIN_READINGS:
         return None
-    sd = stdev(kept)
+    sd = sample_sd(kept)
     return (sd, len(kept) - 1) if sd > 0 else None
 
 
