@@ -128,3 +128,16 @@ def test_the_walk_fails_every_registered_check_or_names_where_its_fails_are_test
     # a check the walk now fails is taken off NO_FAIL_HERE; one neither failed nor named is new and untested here
     assert sorted(set(REGISTRY) - failed - set(NO_FAIL_HERE)) == []
     assert sorted(failed & set(NO_FAIL_HERE)) == []
+
+
+def test_every_benchmark_family_fail_carries_a_class_with_or_without_a_cause(tmp_path):
+    """The benchmark judges' rows get their class in one place (verify.bench.causes.explain: a cause the node
+    shows, else the family's default); a FAIL of every family, as the judges build them, comes out with one."""
+    from verify.bench import CHECK_IDS, causes
+    from verify.result import CheckResult
+
+    ids = sorted(set(CHECK_IDS.values()) | {prefix + "gpu0" if prefix.endswith(".") else prefix
+                                            for prefix, _, _ in causes.DEFAULT_ACTIONS})
+    rows = [CheckResult(check_id, "bench", Status.FAIL, 100, 10, f"{check_id} below its floor") for check_id in ids]
+    causes.explain(rows, FakeTree(tmp_path).node(runner=ReplayRunner(), live=True))
+    assert [(r.check_id, verdicts.action_of(r.details)) for r in rows if verdicts.action_of(r.details) is None] == []
