@@ -178,3 +178,14 @@ def test_a_mistyped_reading_leaves_the_gpus_to_nvidia_smi_and_says_why(tmp_path)
     assert outcome.report["run"]["gpu_source"] == \
         "nvidia-smi (the NVML answer is not a reading: GPU 0: clock_reasons is not a number)"
     assert row(outcome, "health.gpu.presence")["status"] == "PASS" and drills.BUS
+
+
+def test_a_kernel_log_cursor_past_the_uptime_reads_from_boot_and_misses_no_event(tmp_path):
+    machine = Machine(tmp_path)
+    machine.tree.write("/proc/uptime", "5000.00 9000.00\n")
+    state = saved.State(boot_id="0f1e2d3c-0000-4000-8000-000000000001", kernel_uptime_s=1e9)
+    machine.state.mkdir(mode=0o700)
+    saved.save(str(machine.state), state)
+    outcome = machine.run("prolog", "xid79")
+    assert "past this boot's uptime" in outcome.report["run"]["kernel_log_cursor_reset"]
+    assert row(outcome, drills.XID_ROW)["status"] == "FAIL"  # the planted Xid 79 is read, not skipped

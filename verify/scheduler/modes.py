@@ -119,6 +119,10 @@ def judge(spec: dict, node: Node, options: Options, now: Optional[float] = None)
     if state.boot_id != boot:  # a reboot (or a first run): the cursor and the open events are of another boot
         state = saved.State(boot_id=boot, last_run=state.last_run)
     names = checks_of(options.mode)
+    ahead = _cursor_ahead(node, state.kernel_uptime_s)
+    if ahead:  # a cursor past this boot's uptime would skip every record: read from the boot instead
+        run["kernel_log_cursor_reset"] = ahead
+        state.kernel_uptime_s = None
     since, why = kernel_events.read_since(node, state.kernel_uptime_s, options.use_kmsg)
     if since is not None:
         kernel_events.prime(node, since, state.open_events)
@@ -179,6 +183,20 @@ def judge(spec: dict, node: Node, options: Options, now: Optional[float] = None)
                benchmarks=False, gpu_uuids=node.memo.get(nvml_facts.MEMO_UUIDS) or {},
                command="tunefleet " + " ".join(sys.argv[1:]))
     return results + rows, run, applied
+
+
+def _cursor_ahead(node: Node, cursor: Optional[float]) -> str:
+    """Why the saved kernel-log cursor cannot be of this boot ('' when it can, or when the uptime is unknown)."""
+    if cursor is None:
+        return ""
+    text = node.read("/proc/uptime") or ""
+    try:
+        uptime = float(text.split()[0])
+    except (IndexError, ValueError):
+        return ""
+    if not 0 <= uptime < 1e12 or cursor <= uptime + 1.0:
+        return ""
+    return f"the saved cursor ({cursor:.0f} s since boot) is past this boot's uptime ({uptime:.0f} s): read from boot"
 
 
 def _unusable_stamp(node: Node, counters_at: Optional[float], now: float) -> str:
