@@ -244,3 +244,28 @@ def test_every_failure_form_has_a_class_or_says_it_could_not_check():
         assert form.action is None or form.action in verdicts.ACTIONS
     for meaning, action in smi_failure.EXIT_CODES.values():
         assert meaning and (action is None or action in verdicts.ACTIONS)
+
+
+CSV_HEADER, CSV_ROW = IDLE_CSV.splitlines()[:2]
+CSV_NAMES = [health_smi._header_name(c) for c in CSV_HEADER.split(", ")]
+ERRORS = st.sampled_from(["[Unknown Error]", "[GPU is lost]", "[GPU requires reset]", "ERR!"])
+
+
+@given(st.dictionaries(st.sampled_from([n for n in CSV_NAMES if n not in health_smi.REQUIRED]), ERRORS, max_size=12))
+@settings(max_examples=120, suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None)
+def test_any_csv_cells_the_driver_could_not_read_are_never_a_pass(tmp_path_factory, broken):
+    """The H200's real row with any set of its cells printed as errors: PASS only when none is."""
+    cells = CSV_ROW.split(", ")
+    for name, value in broken.items():
+        cells[CSV_NAMES.index(name)] = value
+    result, node = presence(tmp_path_factory.mktemp("csv"), answering(csv=(0, f"{CSV_HEADER}\n{', '.join(cells)}\n",
+                                                                          "")), buses=("0000:83:00.0",))
+    assert len(health_smi.reading(node).gpus) == 1
+    gone = {"[GPU is lost]", "[GPU requires reset]"} & set(broken.values())
+    still_read = {"temperature.gpu", "power.draw", "ecc.mode.current"} - set(broken)  # every GPU gives these
+    if not broken:
+        assert result.status is Status.PASS
+    elif gone or not still_read:
+        assert result.status is Status.FAIL and result.details["action"] == verdicts.REBOOT
+    else:
+        assert result.status is Status.WARN and result.details["action"] == verdicts.WATCH
