@@ -4,6 +4,11 @@ Fields are named with the aliases old and new drivers both accept (`clocks_throt
 exists in every driver; R535+ also call it `clocks_event_reasons.*`). A driver that rejects a field
 (`Field "x" is not a valid field to query`) is asked again without it, so one missing reading
 costs that reading, not the whole check.
+
+Where the CSV gives no GPU, `nvidia-smi -q` and then the default table are asked; every output is read in
+whatever form it holds (read_any: -q blocks, the table, CSV) and classified for nvidia-smi's own failure forms
+(verify.facts.smi_failure). reading() keeps all of it: the GPUs, the failures (a lost GPU, a driver that does
+not answer) and what was present but could not be read ("could not read <command>: why", judged ERROR).
 """
 from __future__ import annotations
 
