@@ -12,11 +12,12 @@ Two ways in, each timed in a process of its own, end to end (read, compare, writ
 - --directories: both runs written as run directories of node reports: `tunefleet compare DIR_A DIR_B`
   (reading 20,000 node reports through the fleet report's loader is most of it).
 
-usage: python benchmarks/compare_scale.py [--hosts 10000] [--directories]
+usage: python benchmarks/compare_scale.py [--hosts 10000] [--directories] [--keep DIR]
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import os
@@ -128,25 +129,34 @@ def main() -> int:
     parser.add_argument("--hosts", type=int, default=10_000)
     parser.add_argument("--directories", action="store_true", help="compare two run directories of node reports "
                                                                     "instead of two runs of the history")
+    parser.add_argument("--keep", metavar="DIR", help="prepare the runs in DIR (a new directory) and keep them; "
+                                                       "an existing DIR prepared so is timed again as it is")
     parser.add_argument("--timed", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.timed:
         return timed(*args.timed)
-    report, figures = template()
-    with tempfile.TemporaryDirectory(prefix="tunefleet-compare-") as tmp:
+    with contextlib.ExitStack() as stack:
+        tmp = args.keep or stack.enter_context(tempfile.TemporaryDirectory(prefix="tunefleet-compare-"))
+        prepared = Path(tmp, "prepared").is_file()
         began = time.perf_counter()
-        runs = {"run-a": derive(report, figures, args.hosts, seed=1, after=False),
-                "run-b": derive(report, figures, args.hosts, seed=2, after=True)}
+        if not prepared:
+            report, figures = template()
+            Path(tmp).mkdir(exist_ok=True)
+            runs = {"run-a": derive(report, figures, args.hosts, seed=1, after=False),
+                    "run-b": derive(report, figures, args.hosts, seed=2, after=True)}
+            if args.directories:
+                for key, reports in runs.items():
+                    write_run(Path(tmp) / key, reports)
+            else:
+                record_runs(f"{tmp}/history.sqlite", runs)
+            Path(tmp, "prepared").write_text(f"{args.hosts} hosts\n", encoding="utf-8")
         if args.directories:
-            for key, reports in runs.items():
-                write_run(Path(tmp) / key, reports)
             timed_args = [f"{tmp}/run-a", f"{tmp}/run-b", f"{tmp}/out", ""]
             how = "two run directories"
         else:
-            record_runs(f"{tmp}/history.sqlite", runs)
             timed_args = ["run-a", "run-b", f"{tmp}/out", f"{tmp}/history.sqlite"]
             how = "two runs of the history, by run key"
-        print(f"{how}: {args.hosts} hosts, {len(figures)} figures each, prepared in "
+        print(f"{how}: {Path(tmp, 'prepared').read_text().strip()}, 8 figures each, prepared in "
               f"{time.perf_counter() - began:.0f} s; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
         child = subprocess.run([sys.executable, __file__, "--timed", *timed_args], capture_output=True, text=True,
                                check=True)

@@ -490,7 +490,10 @@ def _now() -> str:
 
 def add_parser(sub) -> argparse.ArgumentParser:
     c = sub.add_parser("compare", help="before and after, fleet-wide: which figures and nodes got slower, "
-                                       "with what confidence, and what changed on them")
+                                       "with what confidence, and what changed on them",
+                       epilog="exit status: 0 no significant regression; 1 a figure got significantly worse (with "
+                              "--fail-on-nodes, or a node); 2 bad input, nothing compared; 3 compared, but a side had "
+                              "unreadable files or nothing could be tested. Method: docs/compare.md")
     c.add_argument("before", help="a fleet run directory, or with --history a window FROM..TO (UTC ISO dates or "
                                   "times, either end may be empty) or a run key")
     c.add_argument("after", help="the same, for after the change")
