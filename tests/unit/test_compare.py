@@ -313,3 +313,15 @@ def test_a_history_without_the_before_run_says_so_and_is_no_reason_for_exit_3(tm
     code, document, _ = run_compare(tmp_path, before, after, "--history", str(history))
     assert code == 0
     assert any("holds no run of key 'run-a'" in note for note in document["notes"])
+
+
+def test_an_infinite_figure_in_the_history_is_no_sample(tmp_path):
+    history = tmp_path / "history.sqlite"
+    record_history(history)
+    with open_store(str(history)) as store:
+        store.record(RunRecord("node-00", "2026-11-05T07:00:00+00:00", "fleet", "odd", "PASS", 0,
+                               [Measurement(ALLREDUCE, "PASS", float("inf"), "GB/s", True)], {}))
+    out = tmp_path / "out"
+    assert cli.main(["compare", "..2026-11-04", "2026-11-04..", "--history", str(history), "--out", str(out),
+                     "--quiet"]) == 1
+    assert the_figure(json.loads((out / "compare.json").read_text()), ALLREDUCE)["after"]["samples"] == 12

@@ -163,7 +163,8 @@ def side_from_window(store, window, hosts: Optional[list] = None) -> Side:
         readings: dict = {}
         for run in host_runs:
             for check_id, value in run.values.items():
-                readings.setdefault(check_id, []).append(value)
+                if math.isfinite(value):  # the store keeps what a run wrote: an infinity is no figure
+                    readings.setdefault(check_id, []).append(value)
             for status in run.statuses.values():
                 tally.add(status)
         latest = host_runs[-1].config or {}
