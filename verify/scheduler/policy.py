@@ -26,7 +26,6 @@ Standard library only and light: the prolog parses it at every job start.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import Optional
 
 from verify.bounded_load import BoundedLoadError, loads_json_bounded
@@ -52,12 +51,25 @@ class PolicyError(ValueError):
     """A policy file refused; the message names the file, the key and the value."""
 
 
-@dataclass(frozen=True)
+# Plain classes, not dataclasses: a dataclass is built with exec() at import, ~0.5 ms each at every prolog start.
 class Rule:
-    do: str
-    after_runs: int = 1
-    recovery_s: float = 0.0
-    name: str = ""  # where it came from: "xids.79", "checks.health.ib", "default: ..."
+    __slots__ = ("do", "after_runs", "recovery_s", "name")
+
+    def __init__(self, do: str, after_runs: int = 1, recovery_s: float = 0.0, name: str = "") -> None:
+        self.do, self.after_runs, self.recovery_s = do, after_runs, recovery_s
+        self.name = name  # where it came from: "xids.79", "checks.health.ib", "default.hardware"
+
+    def _key(self) -> tuple:
+        return self.do, self.after_runs, self.recovery_s, self.name
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Rule) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return "Rule(do={!r}, after_runs={!r}, recovery_s={!r}, name={!r})".format(*self._key())
 
 
 # The defaults (docs/verdicts.md, "The operator's policy"): their names are short, the drain reason carries them.
@@ -66,13 +78,13 @@ DEFAULT_CONFIG = Rule(WARN, name="default.config")  # a configuration finding ne
 DEFAULT_WARN = Rule(WARN, name="default.warn")  # a warning is reported
 
 
-@dataclass
 class Policy:
-    xids: dict = field(default_factory=dict)  # int -> Rule
-    checks: dict = field(default_factory=dict)  # check id or dotted prefix -> Rule
-    actions: dict = field(default_factory=dict)  # action class -> Rule
-    faults: dict = field(default_factory=dict)  # HARDWARE / CONFIG -> Rule
-    source: str = "defaults"
+    def __init__(self, source: str = "defaults") -> None:
+        self.xids: dict = {}  # int -> Rule
+        self.checks: dict = {}  # check id or dotted prefix -> Rule
+        self.actions: dict = {}  # action class -> Rule
+        self.faults: dict = {}  # HARDWARE / CONFIG -> Rule
+        self.source = source
 
 
 def _show(value: object) -> str:
@@ -111,7 +123,7 @@ def parse(data: object, origin: str) -> Policy:
     if not isinstance(data, dict):
         raise PolicyError(f"policy {origin}: the top level is {type(data).__name__}, not an object of "
                           f"{', '.join(SECTIONS)}")
-    policy = Policy(source=origin)
+    policy = Policy(origin)
     for section, rules in data.items():
         if section not in SECTIONS:
             raise PolicyError(f"policy {origin}: {_show(section)}: unknown section (known: {', '.join(SECTIONS)})")
@@ -218,15 +230,13 @@ def rule_of_result(policy: Policy, result) -> Rule:
     return max(rules, key=lambda r: (DOES.index(r.do), -r.after_runs))
 
 
-@dataclass
 class Decision:
-    check_id: str
-    status: str  # the verdict's
-    fault: str
-    rule: Rule
-    do: str  # what the hook does now: drain, warn, ignore
-    runs: int  # consecutive failing runs, this one included
-    note: str = ""  # why `do` differs from the rule's
+    def __init__(self, check_id: str, status: str, fault: str, rule: Rule, do: str, runs: int,
+                 note: str = "") -> None:
+        self.check_id, self.status, self.fault, self.rule = check_id, status, fault, rule  # status: the verdict's
+        self.do = do  # what the hook does now: drain, warn, ignore
+        self.runs = runs  # consecutive failing runs, this one included
+        self.note = note  # why `do` differs from the rule's
 
     def to_dict(self) -> dict:
         entry = {"do": self.do, "rule": self.rule.name, "fault": self.fault, "runs": self.runs}
@@ -243,13 +253,13 @@ class Decision:
         return f"{self.check_id} {self.status} -> {self.do} ({self.rule.name}{'; ' + self.note if self.note else ''})"
 
 
-@dataclass
 class Applied:
-    decisions: list  # one per finding (FAIL / WARN)
-    # the counts to keep, {check id: [consecutive failing runs, Unix time of the last failing run, the recovery
-    # window of the rule that judged it (s)]}: verify.scheduler.state's policy_runs of this mode
-    runs: dict
-    recovering: list  # check ids clean now but still inside their recovery window: a drain is not lifted
+    def __init__(self, decisions: list, runs: dict, recovering: list) -> None:
+        self.decisions = decisions  # one per finding (FAIL / WARN)
+        # the counts to keep, {check id: [consecutive failing runs, Unix time of the last failing run, the
+        # recovery window of the rule that judged it (s)]}: verify.scheduler.state's policy_runs of this mode
+        self.runs = runs
+        self.recovering = recovering  # clean now but inside their recovery window: a drain is not lifted
 
     def drains(self) -> list:
         return [d for d in self.decisions if d.do == DRAIN]
