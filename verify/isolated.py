@@ -21,7 +21,7 @@ import os
 import runpy
 import sys
 
-from verify.safe_io import UnsafePathError, check_dir_trusted, trusted_import_dirs
+from verify.safe_io import UnsafePathError, check_dir_trusted, check_tree_trusted, trusted_import_dirs
 
 BOOTSTRAP = "import sys; sys.path.insert(0, sys.argv[1]); import verify.isolated; verify.isolated.main()"
 # The scheduler hooks' launcher (roles/scheduler_hooks, tunefleet-check.j2) as a -c program with the same call,
@@ -62,7 +62,9 @@ def run(parent: str, extra: str, module: str, args: list, end_fast: bool = False
     with end_fast: the process ends with the module's exit status as soon as it returns (end_now)."""
     try:
         check_dir_trusted(parent)
-        dirs = trusted_import_dirs(extra.split(":") if extra else [])
+        check_tree_trusted(os.path.join(parent, "verify"))  # the rest of this package, imported from here on
+        # The hooks (end_fast) import HOOK_MODULES and nothing else from EXTRA: those packages are walked, per job.
+        dirs = trusted_import_dirs(extra.split(":") if extra else [], packages=HOOK_MODULES if end_fast else None)
     except (UnsafePathError, FileNotFoundError, NotADirectoryError) as exc:
         print(f"tunefleet: refusing to start {module}: {exc.strerror or exc}",
               file=sys.stderr)

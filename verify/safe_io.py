@@ -30,7 +30,7 @@ import re
 import stat
 import struct
 import sys
-from typing import Optional, Union
+from typing import Optional, Sequence, Union
 
 PRIVATE_FILE = 0o600
 SHARED_FILE = 0o644
@@ -462,9 +462,105 @@ def check_address(value: object, what: str) -> str:
     raise ValueError(f"{what} {shown!r} is not an IP address or a host name: refusing to pass it on")
 
 
-def trusted_import_dirs(entries) -> list:
+# A tree held to the trust rule whole (an interpreter's site-packages with PyTorch: about 20,000 entries); past
+# this many entries it is refused rather than half checked.
+MAX_TREE_ENTRIES = 400_000
+
+
+def _acl_untrusted(target, st: os.stat_result, directory: bool) -> Optional[str]:
+    """The ACL part of the rule, read only where it can matter: a named entry can write only through the mask,
+    which is the group bits of the mode (so no group write bit, no ACL writer), and a directory's default ACL
+    is read always. target: an open descriptor, or the path of a file in a checked directory."""
+    writers = []
+    for name, default in ((ACL_XATTR, False), (ACL_DEFAULT_XATTR, True)):
+        if (not default and not st.st_mode & stat.S_IWGRP) or (default and not directory):
+            continue
+        try:
+            raw = os.getxattr(target, name) if isinstance(target, int) else \
+                os.getxattr(target, name, follow_symlinks=False)
+        except OSError as exc:
+            if exc.errno in (errno.ENODATA, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS):
+                continue
+            raise
+        writers += [(f"default ACL {k}" if default else k, i) for k, i in acl_writers(raw, default)]
+    if not writers:
+        return None
+    kind, ident = writers[0]
+    return f"is writable through its POSIX ACL by {kind if kind.endswith(('everyone', 'acl')) else f'{kind} {ident}'}"
+
+
+def _entry_untrusted(st: os.stat_result, here: str) -> Optional[str]:
+    """Why one file or symlink of a trusted directory could be changed by someone else (None: it cannot)."""
+    if stat.S_ISLNK(st.st_mode):
+        if st.st_uid not in (0, os.geteuid()):
+            return f"is a symlink of uid {st.st_uid}"
+        try:  # Python imports through it: what it leads to is held to the rule by path (root's links followed)
+            (check_dir_trusted if os.path.isdir(here) else check_file_trusted)(here)
+        except FileNotFoundError:
+            return None  # a dangling link imports nothing
+        except UnsafePathError as exc:
+            return f"leads to what others can change ({exc.strerror})"
+        return None
+    return untrusted_because(st) or (_acl_untrusted(here, st, False) if stat.S_ISREG(st.st_mode) else None)
+
+
+def check_tree_trusted(top: str, max_entries: int = MAX_TREE_ENTRIES) -> int:
+    """`top` (an import directory, one package in it) and everything beneath it held to the trust rule: `top`
+    and its parents by open_trusted_dir, then each directory (mode, owner, access and default ACL), file
+    (mode, owner, ACL) and symlink (its owner, and what it leads to) inside, walked by descriptor. An import
+    directory root owns can hold a package another user can write (a umask-0 install, a default ACL): Python
+    imports it as root all the same. Returns the entries checked; UnsafePathError naming the first that others
+    could change."""
+    checked = 0
+    stack = [(open_trusted_dir(top), os.path.abspath(top))]
+    try:
+        while stack:
+            dir_fd, where = stack.pop()
+            try:
+                with os.scandir(dir_fd) as listing:
+                    entries = [(e.name, e.stat(follow_symlinks=False)) for e in listing]
+                checked += len(entries)
+                if checked > max_entries:
+                    raise UnsafePathError(errno.E2BIG, f"{top} holds more than {max_entries} entries: too many "
+                                          "to check before importing from it as root")
+                for name, st in entries:
+                    here = f"{where}/{name}"
+                    if stat.S_ISDIR(st.st_mode):
+                        child = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+                        seen = os.fstat(child)
+                        why = untrusted_because(seen) or _acl_untrusted(child, seen, True)
+                        if why or (seen.st_dev, seen.st_ino) != (st.st_dev, st.st_ino):
+                            os.close(child)
+                            raise UnsafePathError(errno.EPERM, f"directory {here} {why or 'changed while checked'}: "
+                                                  f"refusing to import from {top} as root")
+                        stack.append((child, here))
+                        continue
+                    why = _entry_untrusted(st, here)
+                    if why:
+                        raise UnsafePathError(errno.EPERM, f"{here} {why}: refusing to import from {top} as root")
+            finally:
+                os.close(dir_fd)
+    finally:
+        for dir_fd, _ in stack:
+            os.close(dir_fd)
+    return checked
+
+
+def _package_paths(entry: str, packages: Sequence[str]) -> list:
+    """The files and directories of `entry` that import one of `packages` (a package directory, a module file,
+    an extension module such as _yaml/, which yaml imports)."""
+    try:
+        names = os.listdir(entry)
+    except OSError:
+        return []
+    return [os.path.join(entry, n) for n in sorted(names) if n.split(".", 1)[0].lstrip("_") in packages]
+
+
+def trusted_import_dirs(entries, packages: Optional[Sequence[str]] = None) -> list:
     """The absolute directories of `entries` (verify_node_pythonpath, a work directory) to put on sys.path of a
-    Python running as root, each after check_dir_trusted: UnsafePathError naming the directory and its owner
+    Python running as root, each held to the trust rule with everything beneath it (check_tree_trusted), or,
+    given `packages`, with the packages of those names in it (the scheduler hooks import five, per job: walking
+    a whole site-packages each time would cost every job): UnsafePathError naming the directory and its owner
     (or writer) for the first one others could change, before anything is imported from any of them."""
     kept: list = []
     for entry in entries:
@@ -474,7 +570,15 @@ def trusted_import_dirs(entries) -> list:
             raise UnsafePathError(errno.EINVAL, f"import directory {entry!r} is not an absolute path: refusing to "
                                   "put it on the path of a Python running as root")
         try:
-            check_dir_trusted(entry)
+            if packages is None:
+                check_tree_trusted(entry)
+            else:
+                check_dir_trusted(entry)
+                for path in _package_paths(entry, packages):
+                    if os.path.isdir(path) and not os.path.islink(path):
+                        check_tree_trusted(path)
+                    else:
+                        check_file_trusted(path)
         except FileNotFoundError:
             continue  # nothing there to import: harmless, as Python itself skips it
         except UnsafePathError as exc:

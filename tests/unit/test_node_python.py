@@ -134,7 +134,7 @@ def test_a_link_of_another_users_to_a_good_interpreter_is_refused(reachable):
 
 def test_the_finder_runs_isolated_from_the_command_line(venvs, tmp_path):
     out = tmp_path / "python.json"
-    done = subprocess.run([sys.executable, "-I", "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
+    done = subprocess.run([SYSTEM_PYTHON, "-I", "-S", "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
                            "import verify.isolated; verify.isolated.main()",
                            str(Path(__file__).resolve().parents[2]), "", "verify.fleet.node_python",
                            f"--wanted={venvs['torch']}", f"--out={out}"],

@@ -289,3 +289,100 @@ def test_a_root_tree_that_is_another_users_link_is_refused_and_nothing_of_its_ta
     # read by descriptor: a link swapped in after the check is not followed (the file reads as absent)
     assert Node(root=str(link)).read_value("/etc/hostname") is None
     assert Node(root=str(target)).read_value("/etc/hostname") == "MARKER-hostname"
+
+
+# ---- nothing runs before it is checked: the interpreter finder (verify.fleet.node_python, find_python.yml) --------
+
+def _venv(where: Path) -> tuple:
+    import subprocess
+
+    subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(where)], check=True, timeout=120)
+    site = next(where.glob("lib/python*/site-packages"))
+    (site / "torch").mkdir()
+    (site / "torch" / "__init__.py").write_text("__version__ = 'made by the test'\n")
+    return where / "bin" / "python3", site
+
+
+def _finder_argv() -> list:
+    """The finder's command exactly as find_python.yml spells it, its variables filled in from the role's vars."""
+    import yaml
+
+    repo = Path(__file__).resolve().parents[2]
+    task = yaml.safe_load((repo / "roles/verify_node/tasks/find_python.yml").read_text())[0]
+    role_vars = yaml.safe_load((repo / "roles/verify_node/vars/main.yml").read_text())
+    argv = task["ansible.builtin.command"]["argv"][:5]
+    assert argv[0] == "{{ __verify_node_finder_python }}" and argv[1:5] == ["-I", "-S", "-B", "-c"]
+    return [role_vars["__verify_node_finder_python"], "-I", "-S", "-B", "-c", role_vars["__verify_node_isolated"],
+            str(repo), ""]
+
+
+@needs_root
+def test_a_pth_another_user_plants_in_a_venv_never_runs_in_the_finder(reachable, tmp_path):
+    """verify_node_python is a venv whose site-packages nobody can write through an ACL; nobody plants a .pth.
+    The finder ran as that venv's python, with site, before anything was checked: the .pth ran as root. Now the
+    finder is the system Python with -I -S, and the candidate is refused before it runs."""
+    import json
+    import subprocess
+
+    from other_user import run_as_other
+
+    python, site = _venv(reachable / "venv")
+    os.setxattr(str(site), "system.posix_acl_access", _acl(*NOBODY_RW))
+    marker = reachable / "MARKER-pth"
+    plant = run_as_other(f"printf '%s\\n' \"import os; os.close(os.open('{marker}', os.O_CREAT | os.O_WRONLY))\" "
+                         f"> '{site}/zz-evil.pth'")
+    assert plant.wait(timeout=30) == 0 and (site / "zz-evil.pth").exists(), "the ACL grants write"
+    out = tmp_path / "python.json"
+    done = subprocess.run(_finder_argv() + ["verify.fleet.node_python", f"--wanted={python}", f"--out={out}"],
+                          capture_output=True, text=True, timeout=300, cwd="/", check=False)
+    assert done.returncode == 0, done.stderr
+    tried = json.loads(out.read_text())["tried"]
+    assert tried[0]["outcome"] == "refused" and "POSIX ACL by user 65534" in tried[0]["detail"]
+    assert not marker.exists()
+
+
+@needs_root
+def test_a_directory_a_pth_adds_is_checked_before_site_runs(reachable):
+    """A root venv, trusted; its .pth adds nobody's directory, where nobody put a sitecustomize.py. Probing the
+    candidate with site (step 4) would run it: the directory is walked first (step 3) and refused."""
+    from verify.fleet.node_python import try_candidate
+
+    python, site = _venv(reachable / "venv")
+    theirs = shared_dir(reachable / "nobody-lib")
+    marker = reachable / "MARKER-sitecustomize"
+    planted = theirs / "sitecustomize.py"
+    planted.write_text(f"open({str(marker)!r}, 'w')\n")
+    give(planted)
+    (site / "extra.pth").write_text(f"{theirs}\n")
+    found = try_candidate(str(python), [])
+    assert found["outcome"] == "refused" and "its site directories" in found["detail"]
+    assert "uid 65534" in found["detail"] and not marker.exists()
+
+
+@needs_root
+def test_a_package_another_user_can_write_inside_a_root_import_directory_is_never_imported_by_the_hooks(reachable):
+    """The hooks' launcher imports yaml from an import directory root owns (0755); the yaml package in it was
+    installed with umask 0 and nobody rewrote its __init__.py. Import trust stopped at the directory: now the
+    package is walked and the hook refuses to start (exit 2, could not check), nothing of nobody's runs."""
+    import subprocess
+
+    from verify.isolated import HOOK_BOOTSTRAP
+
+    lib = reachable / "site-packages"
+    lib.mkdir(mode=0o755)
+    package = lib / "yaml"
+    package.mkdir()
+    package.chmod(0o777)
+    marker = reachable / "MARKER-yaml"
+    from other_user import run_as_other
+
+    plant = run_as_other(f"echo \"open('{marker}', 'w')\" > '{package}/__init__.py'")
+    assert plant.wait(timeout=30) == 0
+    repo = Path(__file__).resolve().parents[2]
+    # The launcher's own call (HOOK_BOOTSTRAP) with a module that imports yaml at once, as a hook rendering its spec
+    importing = HOOK_BOOTSTRAP.replace("'verify'", "'yaml'")
+    assert importing != HOOK_BOOTSTRAP
+    done = subprocess.run([sys.executable, "-I", "-c", importing, str(repo), str(lib)],
+                          capture_output=True, text=True, timeout=120, cwd="/", check=False)
+    assert done.returncode == 2 and f"{package}" in done.stderr and "writable by everyone" in done.stderr
+    assert not marker.exists()
