@@ -229,6 +229,7 @@ def query(node: Node) -> tuple:
     form through --inject) `nvidia-smi -q` is asked, then the default table; each output is read in whatever
     form it holds and classified for nvidia-smi's failure forms (reading() keeps them)."""
     if "health_smi" not in node.memo:
+        node.memo.pop(READING, None)  # a caller that dropped the memo asks afresh (gpu_burn reads before and after)
         reading(node)
     return node.memo["health_smi"]
 
