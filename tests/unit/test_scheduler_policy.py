@@ -270,3 +270,24 @@ def test_an_operator_can_make_a_pending_reset_drain_the_prolog(tmp_path):
     drained = run(Machine(tmp_path / "strict"), "prolog", "xid48_63", scheduler, policy=strict)
     assert drained.code == 1 and updates(scheduler)[0][4].startswith("Reason=tunefleet: reset-gpu: health.gpu.xid.")
     assert updates(scheduler)[0][4].endswith("(policy actions.reset-gpu)")
+
+
+def test_the_live_node_logs_each_drained_or_reported_finding_to_syslog(tmp_path, monkeypatch):
+    import syslog
+
+    from verify.scheduler import hook
+
+    said = []
+    monkeypatch.setattr(syslog, "openlog", lambda *a: said.append(("open",) + a))
+    monkeypatch.setattr(syslog, "syslog", lambda level, line: said.append((level, line)))
+    monkeypatch.setattr(syslog, "closelog", lambda: said.append(("close",)))
+    machine = Machine(tmp_path)
+    with_rdma_device(machine)
+    outcome = run(machine, "prolog", "xid79")
+    hook._to_syslog("prolog", outcome)
+    lines = [entry for entry in said if isinstance(entry[0], int)]
+    assert said[0] == ("open", "tunefleet", syslog.LOG_PID, syslog.LOG_DAEMON) and said[-1] == ("close",)
+    assert any(level == syslog.LOG_ERR and line.startswith("check --mode prolog: health.gpu.xid.") and
+               line.endswith("-> drain (default.hardware)") for level, line in lines)
+    assert any(level == syslog.LOG_WARNING and line.startswith("check --mode prolog: gpu.nvidia_peermem FAIL -> warn")
+               for level, line in lines)
