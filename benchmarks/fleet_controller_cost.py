@@ -1,7 +1,7 @@
 """What the real verify play costs the controller per host, and what 1,000 hosts would take.
 
     python benchmarks/fleet_controller_cost.py [--sizes 1,10,50,100] [--forks 50] [--profile-tasks]
-                                               [--rows-out FILE] [--json-out FILE]
+                                               [--slices 1,2,auto] [--rows-out FILE] [--json-out FILE]
 
 Runs playbooks/verify.yml with ansible-playbook (the command `tunefleet verify -i` runs through
 ansible-runner, with the same pinned environment: verify.fleet.run.ansible_env) against N inventory
@@ -33,8 +33,19 @@ controller's cores, the strategy process's does not; each batch of
 `forks` hosts waits for its nodes' own work, node_wall: the sum of the wall times of one host's node
 commands in the least contended run, plus --node-bench-s for the quick benchmarks, which SKIP here).
 It adds the controller's part and the nodes' part as if they never overlapped; the lower bound printed
-with it takes the larger of the two. CPU seconds (rusage) hold up on a shared machine; wall times there
-do not: they are printed, and the estimate uses CPU and the least contended node wall.
+with it takes the larger of the two.
+
+Sliced (`--slices 1,2,auto`, issue 52: `tunefleet verify -i --slices S`, AWX job slicing): each size runs as S
+ansible-playbook processes at once, each with `--limit @FILE` its slice (verify.fleet.slices.plan_slices) into
+a run directory of its own, then the slices joined into one and the fleet report built once
+(verify.fleet.slices.join_run_dirs, timed in this process: join CPU). The strategy's cost then splits
+across the slices, each its own process on its own core, so the model becomes
+    wall(N, S) = fixed + N * max(main_cpu_per_host / min(S, cores), controller_cpu_per_host / cores)
+                 + N * join_cpu_per_host + ceil(N / (S * forks)) * node_wall
+with S * forks hosts at work at once (forks per slice).
+
+CPU seconds (rusage) hold up on a shared machine; wall times there do not: they are printed, and the
+estimate uses CPU and the least contended node wall.
 """
 from __future__ import annotations
 
@@ -106,6 +117,9 @@ class Run:
     tasks_per_host: float     # task results per inventory host (ok + failed + skipped), from the recap
     node_commands_per_host: float
     reports: int              # hosts whose report.json came back
+    slices: int = 1           # ansible-playbook processes run at once, each over a slice of the hosts
+    main_cpu_max_s: float = 0.0  # the busiest slice's strategy process (with one slice: main_cpu_s)
+    join_cpu_s: float = 0.0   # joining the slices' run directories and building the one fleet report (sliced runs)
 
 
 def host_name(index: int) -> str:
@@ -166,8 +180,11 @@ def read_records(log_dir: Path, work: Path) -> tuple:
     return cpu, wall, commands, other_cpu
 
 
-def run_play(work: Path, count: int, forks: int, profile_tasks: bool, pipelining: bool = False) -> tuple:
-    """(Run, the play's stdout)."""
+def run_play(work: Path, count: int, forks: int, profile_tasks: bool, pipelining: bool = False,
+             slices: int = 1) -> tuple:
+    """(Run, the play's stdout); slices > 1: run_sliced_play."""
+    if slices > 1:
+        return run_sliced_play(work, count, forks, slices, pipelining), ""
     inventory_file = work / f"inventory-{count}.json"
     inventory_file.write_text(json.dumps(inventory(work, count)))
     log_dir = work / f"records-{count}"
@@ -214,6 +231,81 @@ def run_play(work: Path, count: int, forks: int, profile_tasks: bool, pipelining
     return run, done.stdout
 
 
+def play_env(work: Path, wrapper: Path, forks: int, pipelining: bool) -> dict:
+    env = dict(ansible_env(REPO, {"ANSIBLE_EXECUTABLE": str(wrapper), "ANSIBLE_FORKS": str(forks),
+                                  "ANSIBLE_NOCOLOR": "1", "ANSIBLE_LOCAL_TEMP": str(work / "local-tmp")}))
+    if pipelining:
+        env["ANSIBLE_PIPELINING"] = "True"
+    return env
+
+
+def run_sliced_play(work: Path, count: int, forks: int, slices: int, pipelining: bool = False) -> Run:
+    """The play as `tunefleet verify -i --slices` runs it: one ansible-playbook per slice (--limit @its hosts),
+    all at once, each into its own run directory; then the slices joined into one run directory and the fleet
+    report built over it (verify.fleet.slices), that part's CPU measured in this process."""
+    from verify.fleet.slices import join_run_dirs, plan_slices
+
+    inventory_file = work / f"inventory-{count}.json"
+    inventory_file.write_text(json.dumps(inventory(work, count)))
+    log_dir = work / f"records-{count}-{slices}"
+    shutil.rmtree(log_dir, ignore_errors=True)
+    log_dir.mkdir(mode=0o700)
+    wrapper = work / "shell-wrapper"
+    wrapper.write_text(SHELL_WRAPPER.format(log_dir=log_dir))
+    wrapper.chmod(0o700)
+    reports = work / f"reports-{count}-{slices}"
+    shutil.rmtree(reports, ignore_errors=True)
+    reports.mkdir(mode=0o700)
+    names = [host_name(i) for i in range(1, count + 1)]
+    plan = plan_slices(names, slices)
+    env = play_env(work, wrapper, forks, pipelining)
+    playbook = Path(sys.executable).parent / "ansible-playbook"
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    began = time.perf_counter()
+    started = []
+    for index, hosts in enumerate(plan, 1):
+        limit = work / f"slice-{count}-{index}.hosts"
+        limit.write_text("".join(f"{h}\n" for h in hosts))
+        main_cpu_file = work / f"main-cpu-{index}"
+        main_cpu_file.unlink(missing_ok=True)
+        slice_reports = reports / f"slice-{index}"
+        argv = [sys.executable, "-c", MAIN_SHIM, str(main_cpu_file), str(playbook), "-i", str(inventory_file),
+                str(REPO / PLAYBOOK), "--limit", f"@{limit}", "-e", f"verify_node_report_dir={slice_reports}"]
+        out = open(work / f"slice-{count}-{index}.out", "w")  # noqa: SIM115 - closed once its process ends
+        started.append((subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, text=True, env=env,
+                                         cwd=str(REPO)), out, main_cpu_file, slice_reports))
+    for process, out, _, _ in started:
+        process.wait()
+        out.close()
+    played = time.perf_counter()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    failed = [i for i, (p, *_rest) in enumerate(started, 1) if p.returncode != 0]
+    if failed:
+        raise SystemExit(f"{count} hosts, {slices} slices: slice(s) {failed} failed; see {work}/slice-{count}-*.out")
+    run_dirs = [str(next(p for p in slice_reports.iterdir() if p.is_dir())) for *_x, slice_reports in started]
+    joined = reports / "joined"
+    joined.mkdir(mode=0o700)
+    self_before = time.process_time()
+    join_run_dirs(run_dirs, str(joined), move=True)
+    from verify.fleet.slices import build_fleet_report
+
+    build_fleet_report(str(joined))
+    join_cpu = time.process_time() - self_before
+    wall = (played - began) + (time.perf_counter() - played)
+    total = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    cpu, node_wall, commands, _ = read_records(log_dir, work)
+    node_cpu = sum(cpu.values())
+    returned = sum((joined / name / "report.json").is_file() for name in names)
+    if returned != count or len(commands) != count or not (joined / "fleet_report.json").is_file():
+        raise SystemExit(f"{count} hosts, {slices} slices: {returned} reports came back, {len(commands)} hosts ran "
+                         "node commands")
+    mains = [sum(float(x) for x in f.read_text().split()) for _p, _o, f, _r in started]
+    return Run(hosts=count, wall_s=wall, controller_cpu_s=total - node_cpu + join_cpu, main_cpu_s=sum(mains),
+               node_cpu_s=node_cpu, node_wall_per_host_s=sum(node_wall.values()) / count, tasks_per_host=0.0,
+               node_commands_per_host=sum(commands.values()) / count, reports=returned, slices=len(plan),
+               main_cpu_max_s=max(mains), join_cpu_s=join_cpu)
+
+
 def slope(points: list) -> tuple:
     """Least squares line through (x, y): (slope, intercept); one point: (y / x, 0)."""
     if len(points) < 2:
@@ -228,11 +320,15 @@ def slope(points: list) -> tuple:
 
 
 def estimate_wall_s(hosts: int, fixed_s: float, main_per_host: float, controller_per_host: float,
-                    node_wall_per_host: float, cores: int, forks: int) -> tuple:
+                    node_wall_per_host: float, cores: int, forks: int, slices: int = 1,
+                    join_per_host: float = 0.0) -> tuple:
     """(the model of the module docstring, its lower bound): the controller's part and the nodes' part added, as
-    if the controller never worked while the nodes did; the bound takes the larger of the two, as if it always did."""
-    controller_s = hosts * max(main_per_host, controller_per_host / cores)
-    nodes_s = math.ceil(hosts / forks) * node_wall_per_host
+    if the controller never worked while the nodes did; the bound takes the larger of the two, as if it always did.
+    slices: ansible-playbook processes at once, each with `forks` forks: the strategy's share splits over
+    min(slices, cores) cores, S * forks hosts work at once, and the join and fleet report (serial) follow."""
+    controller_s = hosts * max(main_per_host / min(slices, cores), controller_per_host / cores)
+    controller_s += hosts * join_per_host
+    nodes_s = math.ceil(hosts / (forks * slices)) * node_wall_per_host
     return fixed_s + controller_s + nodes_s, fixed_s + max(controller_s, nodes_s)
 
 
@@ -264,6 +360,12 @@ def main() -> int:
     parser.add_argument("--pipelining", action="store_true",
                         help="ANSIBLE_PIPELINING=True: one command per module instead of four (mkdir, chmod, python, "
                              "rm), as ansible.cfg's ssh_connection pipelining does over SSH")
+    parser.add_argument("--slices", default="1",
+                        help="comma list of slice counts each size runs with (auto: this machine's cores), e.g. "
+                             "1,2,auto: S ansible-playbook processes at once, joined into one fleet report (issue 52)")
+    parser.add_argument("--estimate-slices", type=int, default=0,
+                        help="slices of the sliced estimate (default: --cores); --estimate-forks is then the "
+                             "forks of all slices together")
     args = parser.parse_args()
     if args.from_json:
         saved = [Run(**r) for path in args.from_json for r in json.loads(path.read_text())]
@@ -272,6 +374,7 @@ def main() -> int:
             print_run(run)
         return fit_and_estimate(runs, args)
     sizes = sorted(int(s) for s in args.sizes.split(","))
+    slice_counts = sorted({os.cpu_count() or 1 if s.strip() == "auto" else int(s) for s in args.slices.split(",")})
     print(f"{os.uname().nodename}: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; forks {args.forks}; "
           f"pipelining {'on' if args.pipelining else 'off'}; node tree {args.tree}")
     runs = []
@@ -281,17 +384,19 @@ def main() -> int:
             print(f"work directory (kept): {work}")
         prepare_hosts(work, max(sizes), args.tree)
         print(f"{'hosts':>5} {'wall s':>8} {'ctrl CPU s':>10} {'(main)':>8} {'node CPU s':>10} "
-              f"{'node wall/host':>14} {'tasks/host':>10} {'node cmds/host':>14}")
-        for size in sizes:
-            profile = args.profile_tasks and size == sizes[-1]
-            run, stdout = run_play(work, size, args.forks, profile, args.pipelining)
+              f"{'node wall/host':>14} {'tasks/host':>10} {'node cmds/host':>14} {'slices':>6} {'(main max)':>10} "
+              f"{'join CPU s':>10}")
+        for size, slices in ((size, s) for size in sizes for s in slice_counts if s == 1 or s <= size):
+            profile = args.profile_tasks and size == sizes[-1] and slices == 1
+            run, stdout = run_play(work, size, args.forks, profile, args.pipelining, slices)
             runs.append(run)
+            print(f"      load average {os.getloadavg()[0]:.1f} after this run", flush=True)
             print_run(run, "  (profile_tasks on)" if profile else "")
             if profile:
                 table = stdout[stdout.rfind("=" * 20):] if "=" * 20 in stdout else stdout[-6000:]
                 print("profile_tasks (wall per task, all hosts of the task together):")
                 print(table.strip()[-8000:])
-            if args.rows_out and size == sizes[0]:
+            if args.rows_out and size == sizes[0] and slices == 1:
                 run_dir = next(p for p in (work / f"reports-{size}").iterdir() if p.is_dir())
                 args.rows_out.write_text(json.dumps(host_rows(run_dir, host_name(1), work), indent=1) + "\n")
         if args.json_out:
@@ -305,10 +410,13 @@ def main() -> int:
 def print_run(run: Run, note: str = "") -> None:
     print(f"{run.hosts:5} {run.wall_s:8.1f} {run.controller_cpu_s:10.1f} {run.main_cpu_s:8.1f} "
           f"{run.node_cpu_s:10.1f} {run.node_wall_per_host_s:14.2f} {run.tasks_per_host:10.1f} "
-          f"{run.node_commands_per_host:14.1f}{note}", flush=True)
+          f"{run.node_commands_per_host:14.1f} {run.slices:6} {run.main_cpu_max_s or run.main_cpu_s:10.1f} "
+          f"{run.join_cpu_s:10.2f}{note}", flush=True)
 
 
 def fit_and_estimate(runs: list, args) -> int:
+    sliced = [r for r in runs if r.slices > 1]
+    runs = [r for r in runs if r.slices == 1]
     sizes = [r.hosts for r in runs]
     controller, controller_fixed = slope([(r.hosts, r.controller_cpu_s) for r in runs])
     main_cpu, _ = slope([(r.hosts, r.main_cpu_s) for r in runs])
@@ -336,6 +444,37 @@ def fit_and_estimate(runs: list, args) -> int:
                   f"{estimate / 60:.1f} min (at least {bound / 60:.1f}) = {fixed:.0f} s fixed + {hosts} x "
                   f"max({main_cpu:.2f} s strategy, {controller:.2f} s / {args.cores} cores) + "
                   f"{math.ceil(hosts / args.estimate_forks)} batches x {node_s:.1f} s node wall")
+    return estimate_sliced(sliced, runs, args, (fixed, main_cpu, controller, node_wall, node))
+
+
+def estimate_sliced(sliced: list, unsliced: list, args, fit: tuple) -> int:
+    """The sliced runs beside the unsliced run of the same size, and the model for 10,000 and 100,000 hosts with
+    the strategy's share split over the slices (module docstring)."""
+    fixed, main_cpu, controller, node_wall, node = fit
+    by_size = {r.hosts: r for r in unsliced}
+    for run in sliced:
+        base = by_size.get(run.hosts)
+        if base is None:
+            continue
+        print(f"{run.hosts} hosts in {run.slices} slices: controller CPU {run.controller_cpu_s / run.hosts:.2f} s a "
+              f"host (unsliced {base.controller_cpu_s / base.hosts:.2f}), strategy {run.main_cpu_s / run.hosts:.2f} s "
+              f"a host over {run.slices} processes, the busiest {run.main_cpu_max_s:.1f} s (unsliced "
+              f"{base.main_cpu_s:.1f} s in one), join and fleet report {run.join_cpu_s:.2f} s CPU; "
+              f"wall {run.wall_s:.0f} s "
+              f"(unsliced {base.wall_s:.0f} s, on a shared machine)")
+    join = max((r.join_cpu_s / r.hosts for r in sliced), default=0.0)
+    slices = args.estimate_slices or args.cores
+    forks = max(1, args.estimate_forks // slices)
+    for hosts in (10000, 100000):
+        for checks_s, bench_s in ((node_wall, args.node_bench_s), (node, args.node_bench_s)):
+            node_s = checks_s + bench_s
+            estimate, bound = estimate_wall_s(hosts, fixed, main_cpu, controller, node_s, args.cores, forks,
+                                              slices=slices, join_per_host=join)
+            print(f"{hosts} hosts sliced, config checks + {bench_s:.0f} s of quick benchmarks, {args.cores}-core "
+                  f"controller, {slices} slices x {forks} forks: about {estimate / 60:.1f} min (at least "
+                  f"{bound / 60:.1f}) = {fixed:.0f} s fixed + {hosts} x (max({main_cpu:.2f} s strategy / "
+                  f"{min(slices, args.cores)}, {controller:.2f} s / {args.cores} cores) + {join:.4f} s join) + "
+                  f"{math.ceil(hosts / (forks * slices))} batches x {node_s:.1f} s node wall")
     return 0
 
 

@@ -153,7 +153,8 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
 
 def add_report_parser(sub) -> argparse.ArgumentParser:
     r = sub.add_parser("report", help="rebuild the fleet report from saved node reports")
-    r.add_argument("directory", help="directory holding node reports (reports/<run-id>)")
+    r.add_argument("directory", nargs="+", help="directory holding node reports (reports/<run-id>); several: the "
+                   "slices of one fleet run (AWX slice jobs), joined into one run directory (verify/fleet/slices.py)")
     r.add_argument("--format", default="json,md,html,junit", help="comma list of formats")
     r.add_argument("--out", default=None, help="where to write (default: the directory itself)")
     r.add_argument("--world-readable", action="store_true",
@@ -196,6 +197,13 @@ def add_verify_parser(sub) -> argparse.ArgumentParser:
     v.add_argument("--forks", type=positive_int, default=None,
                    help="with -i: hosts Ansible works on at once (default: ansible.cfg's forks, 50); a 1,000-node "
                         "fleet wants a few hundred (README: Verifying 1,000 nodes)")
+    from verify.fleet.slices import slice_option
+
+    v.add_argument("--slices", type=slice_option, default=None,
+                   help="with -i: N ansible-playbook processes at once, each over a slice of the hosts, into one run "
+                        "directory and one fleet report; auto: the core count (README: Verifying a large fleet)")
+    v.add_argument("--slice-by", metavar="PREFIX", default=None,
+                   help="with --slices: keep each inventory group whose name starts with PREFIX (a rack) in one slice")
     v.add_argument("--quiet", action="store_true", help="no terminal table")
     v.add_argument("--inject", metavar="DIR", default=None,
                    help="drill: with --local, answer the commands captured in DIR (<name>.argv + .stdout, "
@@ -300,12 +308,16 @@ def dispatch(args: argparse.Namespace) -> int:
         print("tunefleet verify: --ib-fabric joins the fabric to a fleet run: use it with -i INVENTORY",
               file=sys.stderr)
         return 2
+    if args.command == "verify" and not args.inventory and (getattr(args, "slices", None)
+                                                            or getattr(args, "slice_by", None)):
+        print("tunefleet verify: --slices/--slice-by cut a fleet run: use them with -i INVENTORY", file=sys.stderr)
+        return 2
     if args.command == "verify" and args.inventory:
         from verify.fleet.run import main as run
     elif args.command == "verify":
         from verify.local_run import main as run
     elif args.command == "report":
-        from verify.fleet.report import main as run
+        from verify.fleet.slices import report_main as run  # one DIR: verify.fleet.report; several: joined first
     elif args.command == "baseline":
         from verify.fleet.baseline_cli import main as run
     elif args.command == "bench":

@@ -239,7 +239,15 @@ def main(args) -> int:
         print(f"tunefleet verify: report directory {args.out}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     progress = Progress(verbose=not args.quiet)
-    outcome = run_in_scratch(lambda work: runner_kwargs(args, home, run_dir, work, progress), home)
+    if getattr(args, "slices", None):  # N ansible-playbook processes, one run directory (verify.fleet.slices)
+        from verify.fleet.slices import Playbook, run_sliced
+
+        playbook = Playbook(run=lambda a, d, p: run_in_scratch(lambda work: runner_kwargs(a, home, d, work, p), home),
+                            progress=lambda: Progress(verbose=not args.quiet),
+                            env=lambda extra: ansible_env(home, extra))
+        outcome = run_sliced(args, run_dir, hosts, progress, playbook)
+    else:
+        outcome = run_in_scratch(lambda work: runner_kwargs(args, home, run_dir, work, progress), home)
     # Recorded on the controller (nodes keep none: noderun passes --no-history), the fleet report rebuilt
     # with each host's regressions against its own past, the verdicts acted on (verify.history).
     finish_fleet(history, str(run_dir))
