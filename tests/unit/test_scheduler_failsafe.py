@@ -186,3 +186,29 @@ def test_the_slurm_hook_answers_70_as_could_not_check(tmp_path, name, want):
                                             "SLURMD_NODENAME": "node1"}, capture_output=True, text=True, timeout=30)
     assert done.returncode == want
     assert "could not check (exit 70" in done.stderr and "not draining" in done.stderr
+
+
+@pytest.mark.parametrize("mode", ["prolog", "epilog"])
+@pytest.mark.parametrize("says, want", [
+    # Python's own exit 1 before tunefleet's handler, as a plain `tunefleet` console script gives it
+    ("Traceback (most recent call last):\n  File \"/usr/local/bin/tunefleet\"\nImportError: planted", 0),
+    ("planted: a SystemExit with a text", 0),
+    ("", 0),
+    # tunefleet's verdict: the line it prints before it exits 1
+    ("tunefleet {mode}: FAIL reboot: health.gpu.xid.0000:00:06.0: Xid 79 (policy default.hardware)", 1),
+])
+def test_a_job_hooks_exit_1_drains_only_with_tunefleets_verdict(tmp_path, mode, says, want):
+    """deploy/slurm's hook run with a plain `tunefleet` (no launcher): exit 1 without the verdict line is
+    tunefleet's own failure, answered as could not check; the verdict's exit 1 is passed on to Slurm."""
+    hook = tmp_path / f"tunefleet-{mode}"
+    hook.write_bytes(HOOK.read_bytes())
+    hook.chmod(0o755)
+    command = tmp_path / "tunefleet"
+    command.write_text("#!/bin/sh\ncat >&2 <<'SAID'\n" + says.format(mode=mode) + "\nSAID\nexit 1\n")
+    command.chmod(0o755)
+    done = subprocess.run([str(hook)], env={"TUNEFLEET_NO_DEFAULTS": "1", "TUNEFLEET": str(command),
+                                            "SLURMD_NODENAME": "node1"}, capture_output=True, text=True, timeout=30)
+    assert done.returncode == want, done.stderr
+    assert says.format(mode=mode) in done.stderr  # slurmd's log still gets what tunefleet said
+    if not want:
+        assert "could not check (exit 70" in done.stderr and "not draining" in done.stderr
