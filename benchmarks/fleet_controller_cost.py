@@ -243,7 +243,7 @@ def run_sliced_play(work: Path, count: int, forks: int, slices: int, pipelining:
     """The play as `tunefleet verify -i --slices` runs it: one ansible-playbook per slice (--limit @its hosts),
     all at once, each into its own run directory; then the slices joined into one run directory and the fleet
     report built over it (verify.fleet.slices), that part's CPU measured in this process."""
-    from verify.fleet.slices import join_run_dirs, plan_slices
+    from verify.fleet.slices import CONTROLLER, join_run_dirs, plan_slices
 
     inventory_file = work / f"inventory-{count}.json"
     inventory_file.write_text(json.dumps(inventory(work, count)))
@@ -265,7 +265,7 @@ def run_sliced_play(work: Path, count: int, forks: int, slices: int, pipelining:
     started = []
     for index, hosts in enumerate(plan, 1):
         limit = work / f"slice-{count}-{index}.hosts"
-        limit.write_text("".join(f"{h}\n" for h in hosts))
+        limit.write_text("".join(f"{h}\n" for h in hosts + [CONTROLLER]))  # the controller plays' host too
         main_cpu_file = work / f"main-cpu-{index}"
         main_cpu_file.unlink(missing_ok=True)
         slice_reports = reports / f"slice-{index}"
@@ -390,8 +390,10 @@ def main() -> int:
             profile = args.profile_tasks and size == sizes[-1] and slices == 1
             run, stdout = run_play(work, size, args.forks, profile, args.pipelining, slices)
             runs.append(run)
-            print(f"      load average {os.getloadavg()[0]:.1f} after this run", flush=True)
+            if args.json_out:  # after each run: a long benchmark interrupted keeps what it measured
+                args.json_out.write_text(json.dumps([asdict(r) for r in runs], indent=1) + "\n")
             print_run(run, "  (profile_tasks on)" if profile else "")
+            print(f"      load average {os.getloadavg()[0]:.1f} after this run (a shared machine)", flush=True)
             if profile:
                 table = stdout[stdout.rfind("=" * 20):] if "=" * 20 in stdout else stdout[-6000:]
                 print("profile_tasks (wall per task, all hosts of the task together):")
@@ -399,8 +401,6 @@ def main() -> int:
             if args.rows_out and size == sizes[0] and slices == 1:
                 run_dir = next(p for p in (work / f"reports-{size}").iterdir() if p.is_dir())
                 args.rows_out.write_text(json.dumps(host_rows(run_dir, host_name(1), work), indent=1) + "\n")
-        if args.json_out:
-            args.json_out.write_text(json.dumps([asdict(r) for r in runs], indent=1) + "\n")
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)

@@ -253,7 +253,7 @@ def test_a_failed_slice_still_yields_the_fleet_report_with_its_hosts_named_for_t
         # In a process of its own (run_jobs forks): writes what the playbook over this slice would. Slice 2's
         # play stops after half its hosts reported.
         os.rmdir(job.run_dir)  # the playbook claims the empty directory; write_run makes it here
-        assert Path(job.limit_file).read_text().split() == job.hosts
+        assert Path(job.limit_file).read_text().split() == job.hosts + ["localhost"]  # the controller plays' host
         done = job.hosts[: len(job.hosts) // 2] if job.index == 2 else job.hosts
         write_run(Path(job.run_dir), [reports[h] for h in done], job.hosts, names)
         if job.index == 2:
@@ -295,3 +295,14 @@ def test_a_rack_group_that_shares_hosts_is_refused_before_any_slice_runs(tmp_pat
                                 run_one=ran.append, write=lines.append, inventory_list=listed)
     assert outcome.rc == 2 and not ran and not os.listdir(run_dir)
     assert "host b is in both rack1 and rack2" in lines[0]
+
+
+def test_an_inventory_that_verifies_localhost_itself_is_not_sliced(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(mode=0o700)
+    args = argparse.Namespace(slices=2, slice_by=None, inventory="inv", quiet=True, world_readable=False)
+    lines: list = []
+    outcome = slices.run_sliced(args, run_dir, ["gpu-1", "localhost"], Progress(write=lines.append),
+                                run_one=lines.append, write=lines.append)
+    assert outcome.rc == 2 and not os.listdir(run_dir)
+    assert "names localhost as a host to verify" in lines[0]

@@ -386,8 +386,15 @@ class SliceResult:
     cpu_s: float = 0.0  # the slice's processes (ansible-playbook and its forks), from RUSAGE_CHILDREN
 
 
+# The host the playbook's controller plays run on (playbooks/verify.yml: tunefleet_verify_controller, default the
+# implicit localhost): a --limit without it leaves those plays without a host, and the node play without the run
+# directory they make.
+CONTROLLER = "localhost"
+
+
 def slice_jobs(run_dir: str, plan: Sequence[Sequence[str]]) -> list:
-    """<run>/slices/slice-NN (0700, empty: the playbook claims it) and its limit file, for each slice."""
+    """<run>/slices/slice-NN (0700, empty: the playbook claims it) and its limit file (its hosts and the
+    controller), for each slice."""
     parent = os.path.join(run_dir, SLICES_DIR)
     os.close(open_trusted_dir(parent, create=True, mode=PRIVATE_DIR))
     jobs = []
@@ -396,7 +403,8 @@ def slice_jobs(run_dir: str, plan: Sequence[Sequence[str]]) -> list:
         name = f"slice-{index:0{width}d}"
         slice_dir = os.path.join(parent, name)
         os.close(open_trusted_dir(slice_dir, create=True, mode=PRIVATE_DIR))
-        limit_file = write_file_atomic(os.path.join(parent, f"{name}.hosts"), "".join(f"{h}\n" for h in hosts))
+        limit_file = write_file_atomic(os.path.join(parent, f"{name}.hosts"),
+                                       "".join(f"{h}\n" for h in list(hosts) + [CONTROLLER]))
         jobs.append(SliceJob(index, list(hosts), slice_dir, limit_file))
     return jobs
 
@@ -493,6 +501,10 @@ def run_sliced(args, run_dir: Path, hosts: Sequence[str], progress, playbook: Op
     count = slice_count(str(args.slices))
     prefix = getattr(args, "slice_by", None)
     try:
+        if CONTROLLER in hosts and count > 1:
+            raise SliceError(f"--slices: the inventory names {CONTROLLER} as a host to verify, and every slice's "
+                             f"controller plays run there: verify it in a run of its own (--limit '!{CONTROLLER}' "
+                             "for the sliced run)")
         if prefix and inventory_list is None:
             inventory_list = inventory_groups(args.inventory, playbook.env)
         plan = plan_slices(hosts, count, rack_units(inventory_list or {}, prefix) if prefix else None)
