@@ -66,7 +66,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from verify.fleet.run import PLAYBOOK, ansible_env  # noqa: E402 - the repository is put on sys.path first
+from verify.fleet.run import PLAYBOOK, ansible_env, collection_root, link_collection  # noqa: E402 - the repository is put on sys.path first
 
 DEFAULT_TREE = REPO / "tests" / "fixtures" / "node" / "snapshots" / "ci_vm" / "tree"
 # The node's python: a bare interpreter, as on a stock node (the venv is the controller's).
@@ -197,14 +197,11 @@ def run_play(work: Path, count: int, forks: int, profile_tasks: bool, pipelining
     shutil.rmtree(reports, ignore_errors=True)
     main_cpu_file = work / "main-cpu"
     main_cpu_file.unlink(missing_ok=True)
-    env = dict(ansible_env(REPO, {"ANSIBLE_EXECUTABLE": str(wrapper), "ANSIBLE_FORKS": str(forks),
-                                  "ANSIBLE_NOCOLOR": "1", "ANSIBLE_LOCAL_TEMP": str(work / "local-tmp")}))
-    if pipelining:
-        env["ANSIBLE_PIPELINING"] = "True"
+    env = play_env(work, wrapper, forks, pipelining)
     if profile_tasks:
         env.update({"ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.profile_tasks",
                     "PROFILE_TASKS_TASK_OUTPUT_LIMIT": "all", "PROFILE_TASKS_SORT_ORDER": "descending"})
-    playbook = Path(sys.executable).parent / "ansible-playbook"
+    playbook = ansible_playbook()
     argv = [sys.executable, "-c", MAIN_SHIM, str(main_cpu_file), str(playbook), "-i", str(inventory_file),
             str(REPO / PLAYBOOK), "-e", f"verify_node_report_dir={reports}"]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -231,9 +228,35 @@ def run_play(work: Path, count: int, forks: int, profile_tasks: bool, pipelining
     return run, done.stdout
 
 
+def ansible_playbook() -> Path:
+    """ansible-playbook beside this interpreter (a venv), else the script of the ansible package on the path (a
+    device machine's carried site directory, tests/device/sliced_fleet_cost.sh)."""
+    beside = Path(sys.executable).parent / "ansible-playbook"
+    if beside.exists():
+        return beside
+    import ansible
+
+    return Path(ansible.__file__).resolve().parents[1] / "bin" / "ansible-playbook"
+
+
+def ansible_site() -> dict:
+    """PYTHONPATH for ansible-playbook where ansible is not this interpreter's own package (a carried site
+    directory): ansible_env pins PYTHONPATH to the checkout alone."""
+    if (Path(sys.executable).parent / "ansible-playbook").exists():
+        return {}
+    import ansible
+
+    return {"PYTHONPATH": f"{REPO}:{Path(ansible.__file__).resolve().parents[1]}"}
+
+
 def play_env(work: Path, wrapper: Path, forks: int, pipelining: bool) -> dict:
+    """The play's environment as `tunefleet verify -i` gives it (verify.fleet.run.ansible_env), the checkout
+    linked as the collection tunefleet.gpu_node in the work directory as verify -i links it in its scratch."""
+    collections = collection_root(REPO, str(work))
+    link_collection(REPO, collections)
     env = dict(ansible_env(REPO, {"ANSIBLE_EXECUTABLE": str(wrapper), "ANSIBLE_FORKS": str(forks),
-                                  "ANSIBLE_NOCOLOR": "1", "ANSIBLE_LOCAL_TEMP": str(work / "local-tmp")}))
+                                  "ANSIBLE_NOCOLOR": "1", "ANSIBLE_LOCAL_TEMP": str(work / "local-tmp"),
+                                  **ansible_site()}, collections=collections))
     if pipelining:
         env["ANSIBLE_PIPELINING"] = "True"
     return env
@@ -259,7 +282,7 @@ def run_sliced_play(work: Path, count: int, forks: int, slices: int, pipelining:
     names = [host_name(i) for i in range(1, count + 1)]
     plan = plan_slices(names, slices)
     env = play_env(work, wrapper, forks, pipelining)
-    playbook = Path(sys.executable).parent / "ansible-playbook"
+    playbook = ansible_playbook()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     began = time.perf_counter()
     started = []
