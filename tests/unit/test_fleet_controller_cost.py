@@ -66,3 +66,19 @@ def test_every_host_of_the_inventory_reads_its_own_tree_as_this_machine_without_
     assert hosts["node0002"]["verify_node_root"] == str(tmp_path / "hosts" / "node0002" / "tree")
     assert inventory["all"]["vars"]["ansible_connection"] == "local"
     assert inventory["all"]["vars"]["ansible_become"] is False
+
+
+def test_sliced_the_strategy_splits_over_the_slices_up_to_the_cores_and_the_forks_add_up():
+    # 10,000 hosts, 32 slices of 32 forks on 32 cores: the strategy's 0.36 s a host over 32 processes is less than
+    # the forks' 1.39 s a host over 32 cores; 1,024 hosts at once, 10 batches; the join and fleet report after.
+    estimate, bound = bench.estimate_wall_s(10000, 10.0, 0.36, 1.39, 40.0, cores=32, forks=32, slices=32,
+                                            join_per_host=0.002)
+    controller = 10000 * 1.39 / 32 + 10000 * 0.002
+    assert estimate == pytest.approx(10 + controller + 10 * 40.0)
+    assert bound == pytest.approx(10 + max(controller, 400.0))
+    # More slices than cores: the strategy's share is divided by the cores, not the slices.
+    estimate, _ = bench.estimate_wall_s(1000, 0.0, 1.0, 0.0, 0.0, cores=4, forks=1, slices=8)
+    assert estimate == pytest.approx(1000 / 4)
+    # One slice is the unsliced model.
+    assert bench.estimate_wall_s(1000, 10.0, 0.3, 3.2, 60.0, cores=16, forks=250, slices=1) == \
+        bench.estimate_wall_s(1000, 10.0, 0.3, 3.2, 60.0, cores=16, forks=250)
