@@ -159,6 +159,9 @@ def side_from_window(store, window, hosts: Optional[list] = None) -> Side:
     meta: dict = {}
     tally = HealthTally()
     sides: dict = {}
+    # the store hands one dict per stored configuration set, shared by every run that saw it (a uniform fleet
+    # shares one): its versions are taken once per set, and hosts keep the shared dicts (read, never changed)
+    versions_of: dict = {}
     for host, host_runs in runs.items():
         readings: dict = {}
         for run in host_runs:
@@ -168,8 +171,11 @@ def side_from_window(store, window, hosts: Optional[list] = None) -> Side:
             for status in run.statuses.values():
                 tally.add(status)
         latest = host_runs[-1].config or {}
-        versions = {k[len("facts."):]: v for k, v in latest.items() if k.startswith("facts.")}
-        side = HostSide(host, "", {c: median(v) for c, v in readings.items()}, readings, versions, dict(latest),
+        if id(latest) not in versions_of:
+            versions_of[id(latest)] = (latest, {k[len("facts."):]: v for k, v in latest.items()
+                                                if k.startswith("facts.")})
+        figures = {c: v[0] if len(v) == 1 else median(v) for c, v in readings.items()}
+        side = HostSide(host, "", figures, readings, versions_of[id(latest)][1], latest,
                         runs=[run.values for run in host_runs])
         sides[host] = side
         for check_id in readings:
@@ -402,14 +408,17 @@ def _fleet_changes(before: Side, after: Side) -> list:
     # tuned values only where every host's were read (a window: the store keeps them); a run directory's are
     # read back for the listed nodes only, and counting those would undercount the fleet
     with_config = before.kind == after.kind == "history window"
+    seen: dict = {}  # hosts sharing their stored configuration sets (a window) differ alike: diffed once
     for host in sorted(before.hosts.keys() & after.hosts.keys()):
         a, b = before.hosts[host], after.hosts[host]
-        state_a = _state(a) if with_config else _state(a, config=False)
-        state_b = _state(b) if with_config else _state(b, config=False)
-        for key in state_a.keys() | state_b.keys():
-            if state_a.get(key) != state_b.get(key):
-                entry = counted.setdefault((key, state_a.get(key), state_b.get(key)), [])
-                entry.append(host)
+        shape = (a.hardware, id(a.versions), id(a.config), b.hardware, id(b.versions), id(b.config))
+        if shape not in seen:
+            state_a = _state(a, config=with_config)
+            state_b = _state(b, config=with_config)
+            seen[shape] = [(key, state_a.get(key), state_b.get(key)) for key in state_a.keys() | state_b.keys()
+                           if state_a.get(key) != state_b.get(key)]
+        for difference in seen[shape]:
+            counted.setdefault(difference, []).append(host)
     rows = [{"key": k, "before": va, "after": vb, "hosts": len(hosts), "examples": hosts[:EXAMPLE_HOSTS]}
             for (k, va, vb), hosts in counted.items()]
     return sorted(rows, key=lambda r: (-r["hosts"], r["key"], str(r["before"]), str(r["after"])))
