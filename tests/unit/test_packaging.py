@@ -1,17 +1,23 @@
-"""Both installable forms, built clean from the sources, work alone from outside the repository.
+"""Every install form the README documents, built clean from the sources, works alone from outside the
+repository: `tunefleet verify -i`, the site playbook (check mode) and the restore playbook (check mode).
 
-- The collection tunefleet.gpu_node (`ansible-galaxy collection build`, installed into an empty
-  collections path) runs its site playbook in check mode and its verify playbook on localhost,
-  in a virtualenv that has the runtime dependencies but not the tunefleet package: what the
-  verify playbook runs must come from the collection itself.
-- The wheel (`pip wheel`, build isolation on, so pyproject's build requirements are what is
-  used) installed into that virtualenv runs `tunefleet spec`, `verify --local` and `profiles`.
+- The collection tunefleet.gpu_node (`ansible-galaxy collection build`, installed with `-p DIR`) runs its
+  site, verify and restore playbooks by their collection names, in a virtualenv that has the runtime
+  dependencies but not the tunefleet package: what the verify playbook runs must come from the collection.
+- The checkout with only `pip install -e .` (no `make`: no .cache/collections link): `tunefleet verify -i`,
+  `tunefleet site` and `tunefleet restore`, no TUNEFLEET_HOME.
+- The wheel (`pip wheel`, build isolation on, so pyproject's build requirements are what is used) runs
+  `tunefleet spec`, `verify --local` and `profiles`, and the three fleet commands with TUNEFLEET_HOME at
+  the installed collection and at a checkout that never ran `make`; no ANSIBLE_COLLECTIONS_PATH in either.
 
-The end-to-end tests are marked slow: 100-125 s on the shared 2-core CI machine under load
-(`pytest -s` prints each step), most of it the two playbooks (site ~45 s, every role's tasks in
-check mode; verify ~20-30 s) and installing ansible into the fresh virtualenv (~15 s with pip's
-wheel cache warm; it needs the package index the first time). Byte-compiling ansible would add
-~30 s: --no-compile.
+The artifacts are built once and shared: one wheel, one collection, one virtualenv (the editable install
+is replaced by the wheel in it). The fleet commands run against this machine over a local connection with
+the collection's inventory/local and no benchmarks (`verify_benchmarks: []`): what is proven is that each
+form finds its playbooks, roles, modules and filters, not the benchmarks (test_bench_* do those).
+The end-to-end tests are marked slow (`pytest -s` prints each step and its time); most of it is the
+eleven playbook runs (site ~10-45 s in check mode, verify ~15-35 s, restore ~5-10 s on the shared
+2-core CI machine, more under load) and installing ansible into the fresh virtualenv (~15 s with pip's
+wheel cache warm). Byte-compiling ansible would add ~30 s: --no-compile.
 """
 from __future__ import annotations
 
@@ -102,7 +108,7 @@ def _build(work: Path) -> SimpleNamespace:
     (wheel,) = dist.glob("tunefleet-*.whl")
     (collection,) = dist.glob("tunefleet-gpu_node-*.tar.gz")
     log = wheel_build.stdout + wheel_build.stderr
-    return SimpleNamespace(work=work, wheel=wheel, collection=collection, build_log=log)
+    return SimpleNamespace(work=work, src=src, wheel=wheel, collection=collection, build_log=log)
 
 
 @pytest.fixture(scope="module")
@@ -134,13 +140,71 @@ def collection_runs(built, venv, tmp_path_factory) -> SimpleNamespace:
     site = run(["ansible-playbook", "-i", inventory, "tunefleet.gpu_node.site", "--check", "--diff"], outside, env)
     reports = outside / "reports"
     verify = run(["ansible-playbook", "-i", inventory, "tunefleet.gpu_node.verify",
-                  "-e", f"verify_node_report_dir={reports}"], outside, env)
+                  "-e", f"verify_node_report_dir={reports}", "-e", '{"verify_benchmarks": []}'], outside, env)
+    restore = run(["ansible-playbook", "-i", inventory, "tunefleet.gpu_node.restore", "--check"], outside, env)
     return SimpleNamespace(outside=outside, collections=collections, reports=reports, site=site, verify=verify,
-                           verify_importable=importable.returncode == 0)
+                           restore=restore, verify_importable=importable.returncode == 0,
+                           home=collections / "ansible_collections" / "tunefleet" / "gpu_node")
+
+
+def fleet_inventory(collection_runs) -> Path:
+    """The collection's inventory/local (this machine, its own interpreter) with no benchmarks."""
+    inventory = collection_runs.outside / "inventory"
+    if not inventory.exists():
+        shutil.copytree(collection_runs.home / "inventory" / "local", inventory)
+        (inventory / "host_vars").mkdir()
+        (inventory / "host_vars" / "localhost.yml").write_text("verify_benchmarks: []\n")
+    return inventory
+
+
+def fleet_commands(tunefleet: Path, collection_runs, form: str, **extra: str) -> SimpleNamespace:
+    """`tunefleet verify -i`, `site --check --diff` and `restore --check` of one install form, each started in a
+    directory of its own outside the checkout, with only the caller's shell environment plus `extra`."""
+    inventory = fleet_inventory(collection_runs)
+    where = collection_runs.outside / form
+    where.mkdir()
+    env = clean_env(where, PATH=f"{tunefleet.parent}:/usr/local/bin:/usr/bin:/bin", **extra)
+    started = time.monotonic()
+    verify = subprocess.run([tunefleet, "verify", "-i", inventory, "--out", "reports", "--quiet"], cwd=where, env=env,
+                            capture_output=True, text=True, timeout=600)
+    print(f"[packaging] {time.monotonic() - started:5.1f}s  tunefleet verify -i ({form}: exit {verify.returncode})")
+    site = run([tunefleet, "site", "-i", inventory, "--check", "--diff"], where, env, timeout=600)
+    restore = run([tunefleet, "restore", "-i", inventory, "--check"], where, env)
+    reports = list((where / "reports").glob("*/fleet_report.json"))
+    return SimpleNamespace(verify=verify, site=site, restore=restore, fleet_reports=reports)
+
+
+def assert_fleet_commands_ran(form: SimpleNamespace) -> None:
+    # Findings (1) or a check that could not run (3) on an untuned machine; never bad input (2) or a crash.
+    assert form.verify.returncode in (0, 1, 3), form.verify.stdout[-3000:] + form.verify.stderr[-3000:]
+    assert "No filter named" not in form.verify.stdout + form.verify.stderr
+    (report,) = form.fleet_reports
+    fleet = json.loads(report.read_text())
+    assert [entry["host"] for entry in fleet["hosts"]] == ["localhost"]
+    node = json.loads((report.parent / "localhost" / "report.json").read_text())
+    assert {result["role"] for result in node["results"]} >= {"sysctl", "memory", "limits"}
+    site_recap = form.site.stdout[form.site.stdout.rindex("PLAY RECAP"):]
+    assert "failed=0" in site_recap and "unreachable=0" in site_recap
+    assert "tunefleet.gpu_node.ledger" not in form.site.stderr  # no "couldn't resolve module" for our modules
+    restore_recap = form.restore.stdout[form.restore.stdout.rindex("PLAY RECAP"):]
+    assert "failed=0" in restore_recap
 
 
 @pytest.fixture(scope="module")
-def wheel_venv(built, venv, collection_runs) -> Path:
+def editable_runs(built, venv, collection_runs) -> SimpleNamespace:
+    """The checkout with only `pip install -e .`: no make, so no .cache/collections link, no TUNEFLEET_HOME.
+    Uninstalled afterwards: the wheel goes into the same virtualenv."""
+    pip = [sys.executable, "-m", "pip", "--python", venv / "bin" / "python"]
+    run([*pip, "install", "-q", "--no-compile", "--no-deps", "-e", built.src], built.work, dict(os.environ))
+    try:
+        assert not (built.src / ".cache").exists()
+        return fleet_commands(venv / "bin" / "tunefleet", collection_runs, "editable")
+    finally:
+        run([*pip, "uninstall", "-y", "-q", "tunefleet"], built.work, dict(os.environ))
+
+
+@pytest.fixture(scope="module")
+def wheel_venv(built, venv, collection_runs, editable_runs) -> Path:
     run([sys.executable, "-m", "pip", "--python", venv / "bin" / "python", "install", "-q", "--no-compile",
          "--no-deps", built.wheel], built.work, dict(os.environ))
     run([sys.executable, "-m", "pip", "--python", venv / "bin" / "python", "check"], built.work, dict(os.environ))
@@ -179,6 +243,33 @@ def test_collection_verify_runs_from_outside_the_repository(collection_runs) -> 
     assert {result["role"] for result in node["results"]} >= {"sysctl", "memory", "limits"}
     fleet = json.loads((run_dir / "fleet_report.json").read_text())
     assert "localhost" in json.dumps(fleet["hosts"])
+
+
+@pytest.mark.slow
+def test_collection_restore_runs_from_outside_the_repository(collection_runs) -> None:
+    recap = collection_runs.restore.stdout[collection_runs.restore.stdout.rindex("PLAY RECAP"):]
+    assert "failed=0" in recap and "unreachable=0" in recap
+
+
+@pytest.mark.slow
+def test_a_checkout_with_only_pip_install_e_runs_the_fleet_commands(editable_runs) -> None:
+    assert_fleet_commands_ran(editable_runs)
+
+
+@pytest.mark.slow
+def test_wheel_with_an_installed_collection_runs_the_fleet_commands(wheel_venv, collection_runs) -> None:
+    """`ansible-galaxy collection install -p DIR` and TUNEFLEET_HOME at it; no ANSIBLE_COLLECTIONS_PATH."""
+    form = fleet_commands(wheel_venv / "bin" / "tunefleet", collection_runs, "wheel-collection",
+                          TUNEFLEET_HOME=str(collection_runs.home))
+    assert_fleet_commands_ran(form)
+
+
+@pytest.mark.slow
+def test_wheel_with_a_checkout_that_never_ran_make_runs_the_fleet_commands(built, wheel_venv, collection_runs) -> None:
+    assert not (built.src / ".cache").exists()
+    form = fleet_commands(wheel_venv / "bin" / "tunefleet", collection_runs, "wheel-checkout",
+                          TUNEFLEET_HOME=str(built.src))
+    assert_fleet_commands_ran(form)
 
 
 @pytest.mark.slow
