@@ -219,6 +219,17 @@ def test_a_host_in_two_directories_is_refused_by_name_before_anything_is_written
     assert not out.exists() or not os.listdir(out)
 
 
+def test_a_join_into_one_of_its_own_directories_is_refused(tmp_path, capsys):
+    names = [f"gpu-{i:05d}" for i in range(4)]
+    reports = node_reports()
+    write_run(tmp_path / "a", [r for r in reports if r["host"] in names[:2]], names[:2], names)
+    write_run(tmp_path / "b", [r for r in reports if r["host"] in names[2:]], names[2:], names)
+    assert cli_main(["report", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "a" / "j")]) == 2
+    assert "lie one in the other" in capsys.readouterr().err
+    assert sorted(p.name for p in (tmp_path / "a").iterdir() if p.is_dir()) == ["gpu-00000", "gpu-00001", "j",
+                                                                                 "nccl-pairs"]
+
+
 def test_one_directory_is_the_fleet_report_as_before(tmp_path, capsys):
     names = [f"gpu-{i:05d}" for i in range(4)]
     write_run(tmp_path / "run", [r for r in node_reports() if r["host"] in names], names, names)

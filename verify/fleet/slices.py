@@ -204,6 +204,12 @@ def join_run_dirs(sources: Sequence[str], target: str, move: bool = False) -> Jo
     """Every host directory of `sources` into `target` (moved, or copied file by file: plain files only, never
     through a link), and the run's side files joined there (module docstring). `target` must exist, be ours and
     private, and hold no host directory of its own."""
+    within = lambda path, top: path == top or path.startswith(top.rstrip("/") + "/")  # noqa: E731
+    for source in sources:
+        real, top = os.path.realpath(source), os.path.realpath(target)
+        # A slice of --slices lies in <run>/slices/; any other nesting would join a directory into itself.
+        if within(top, real) or (within(real, top) and not within(real, os.path.join(top, SLICES_DIR))):
+            raise SliceError(f"{target} and {source} lie one in the other: join into a directory of its own")
     owner = check_joinable(sources)
     taken = set(host_dirs(target))
     if taken & set(owner):
