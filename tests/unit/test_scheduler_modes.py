@@ -308,7 +308,9 @@ def test_the_slurm_hook_drains_only_on_a_fail_never_on_bad_options(tmp_path, nam
     hook.write_bytes((Path(__file__).resolve().parents[2] / "deploy" / "slurm" / "tunefleet-slurm-hook").read_bytes())
     hook.chmod(0o755)
     command = tmp_path / "tunefleet"
-    command.write_text(f"#!/bin/sh\nexit {rc}\n")
+    mode = name.rsplit("-", 1)[1].replace("healthcheck", "health")
+    verdict = f"echo 'tunefleet {mode}: FAIL reboot: health.gpu.xid.x: Xid 79' >&2\n" if rc == 1 else ""
+    command.write_text(f"#!/bin/sh\n{verdict}exit {rc}\n")  # tunefleet's exit 1 comes with its verdict line
     command.chmod(0o755)
     done = subprocess.run([str(hook)], env={"TUNEFLEET_NO_DEFAULTS": "1", "TUNEFLEET": str(command),
                                             "SLURMD_NODENAME": "node1"}, capture_output=True, text=True, timeout=30)
