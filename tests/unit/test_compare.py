@@ -325,3 +325,37 @@ def test_an_infinite_figure_in_the_history_is_no_sample(tmp_path):
     assert cli.main(["compare", "..2026-11-04", "2026-11-04..", "--history", str(history), "--out", str(out),
                      "--quiet"]) == 1
     assert the_figure(json.loads((out / "compare.json").read_text()), ALLREDUCE)["after"]["samples"] == 12
+
+
+figure_values = st.one_of(st.floats(min_value=-1e6, max_value=1e6, allow_nan=False, allow_infinity=False),
+                          st.sampled_from([0.0, 1.0, 1.0, 2.0]))
+
+
+@st.composite
+def sides(draw) -> tuple:
+    """Two sides of any shape: 1 to 12 hosts each, overlapping or not, figures present or absent, values tied,
+    zero or negative, hosts on one or two profiles."""
+    out = []
+    for label in ("before", "after"):
+        hosts = {}
+        for index in draw(st.sets(st.integers(0, 14), min_size=1, max_size=12)):  # a side has a host (else exit 2)
+            values = draw(st.dictionaries(st.sampled_from(["bench.a", "bench.b", "lat.c"]), figure_values))
+            hosts[f"h{index}"] = compare.HostSide(f"h{index}", draw(st.sampled_from(["p1", "p2"])), values,
+                                                  {k: draw(st.lists(figure_values, max_size=4)) for k in values},
+                                                  {"kernel": draw(st.sampled_from(["6.1", "6.8"]))})
+        meta = {"bench.a": (True, "GB/s"), "bench.b": (True, ""), "lat.c": (False, "us")}
+        out.append(compare.Side(label, "run directory", hosts, meta, compare.HealthTally().to_dict("t")))
+    return tuple(out)
+
+
+@settings(max_examples=50, deadline=None)
+@given(pair=sides(), alpha=st.sampled_from([0.001, 0.01, 0.2]))
+def test_the_comparison_is_total_over_any_two_sides(pair, alpha):
+    """Whatever two sides hold, the comparison completes, meets its schema, and every format renders it."""
+    from verify.report.compare_html import page
+    from verify.report.compare_text import markdown, terminal
+
+    document = compare.compare(*pair, compare.Settings(alpha=alpha))
+    jsonschema.validate(json.loads(json.dumps(document)), SCHEMA)
+    assert terminal(document) and markdown(document) and page(document)
+    assert document["verdict"]["exit_code"] in (0, 1, 3)
