@@ -101,13 +101,18 @@ def test_the_profile_and_hardware_lines_say_each_reason_once_unnested(tmp_path):
 
     node = scripted_node(lambda argv: output(argv, missing=True), root=str(tmp_path))
     node.live = True
+    from verify.bench import hardware_set
+
     _, how = choose_profile({"verify": {"profile": "auto"}}, {}, node)
-    report = {"run": {"bench": {"selection": "quick", "ran": [], "profile_how": how,
-                                "hardware": detect(node).to_dict()}}}
+    _, skipped = hardware_set(node, {})
+    report = {"run": {"bench": {"selection": "quick", "ran": ["storage"], "profile_how": how,
+                                "hardware": detect(node).to_dict(),
+                                "skipped": [{"benchmark": b, "reason": why} for b, why in skipped]}}}
     said = "\n".join(bench_lines(report))
     assert "no shipped profile matches; node: no GPU" in said and "matches no GPU" not in said
     reason = detect(node).gpu_reason
-    assert reason and said.count(reason) == 1
+    # Once for what the node is (the profile line), once for what did not run (gpu and hostcopy in one line).
+    assert reason and said.count(reason) == 2 and "skipped gpu, hostcopy: no GPU on this node: " in said
     for line in said.splitlines():
         depth = 0
         for char in line:

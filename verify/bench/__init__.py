@@ -104,11 +104,11 @@ def hardware_set(node, options: dict) -> tuple:
     if gpus:
         run.append("gpu")
     else:
-        skipped.append(("gpu", "no GPU on this node" + (f" ({found.gpu_reason})" if found.gpu_reason else "")))
+        skipped.append(("gpu", "no GPU on this node" + (f": {found.gpu_reason}" if found.gpu_reason else "")))
     if gpus:
         run.append("hostcopy")
     else:
-        skipped.append(("hostcopy", "no GPU on this node" + (f" ({found.gpu_reason})" if found.gpu_reason else "")))
+        skipped.append(("hostcopy", "no GPU on this node" + (f": {found.gpu_reason}" if found.gpu_reason else "")))
     run.append("storage")
     if not found.active_hcas:
         skipped.append(("rdma", "no active RDMA port under /sys/class/infiniband"))

@@ -30,8 +30,10 @@ def lines(report: dict) -> list:
     """The headline, then one line per skipped benchmark, the profile line and the hardware seen."""
     record = bench_record(report)
     out = [headline(report)]
+    by_reason: dict = {}  # each reason once: "skipped gpu, hostcopy: no GPU on this node: ..."
     for item in (i for i in listed(record, "skipped") if isinstance(i, dict)):
-        out.append(f"skipped {fact_text(item, 'benchmark')}: {fact_text(item, 'reason')}")
+        by_reason.setdefault(fact_text(item, "reason"), []).append(fact_text(item, "benchmark"))
+    out += [f"skipped {', '.join(names)}: {reason}" for reason, names in by_reason.items()]
     how = fact_text(record, "profile_how", default="")
     if how:
         out.append(f"profile: {how}")
