@@ -76,19 +76,23 @@ def shift(before: Sequence[float], after: Sequence[float], alpha: float = 0.01) 
     scale = max(abs(med_a), abs(med_b), a[-1] - a[0], b[-1] - b[0], 1e-300)
     tol = scale * SELECT_TOLERANCE
     total = n * m
+    z_crit = NormalDist().inv_cdf(1 - alpha / 2)
+    # Where the answers should lie, for the search to start near them (the counts decide, never the guess): the
+    # shift near the difference of the medians, the interval's ends about z standard errors either side of it.
+    width = z_crit * _spread(a, b) * math.sqrt(1 / n + 1 / m)
+    guess = med_b - med_a
     if total % 2:
-        estimate = kth_difference(a, b, total // 2 + 1, tol)
+        estimate = kth_difference(a, b, total // 2 + 1, tol, (guess - width / 3, guess + width / 3))
     else:
-        lower = kth_difference(a, b, total // 2, tol)
+        lower = kth_difference(a, b, total // 2, tol, (guess - width / 3, guess + width / 3))
         # the next order statistic is the same value when enough differences sit at it (ties, or within tol)
         upper = lower if count_at_most(a, b, lower) > total // 2 else kth_difference(a, b, total // 2 + 1, tol)
         estimate = (lower + upper) / 2
-    z_crit = NormalDist().inv_cdf(1 - alpha / 2)
     k = math.floor(total / 2 - z_crit * math.sqrt(total * (n + m + 1) / 12.0))
     low = high = None
     if k >= 1:
-        low = kth_difference(a, b, k, tol)
-        high = kth_difference(a, b, total + 1 - k, tol)
+        low = kth_difference(a, b, k, tol, (estimate - 1.3 * width, estimate - 0.7 * width))
+        high = kth_difference(a, b, total + 1 - k, tol, (estimate + 0.7 * width, estimate + 1.3 * width))
     z, p = mann_whitney(a, b)
     return Shift(n, m, med_a, med_b, estimate, low, high, p, z, 1 - alpha)
 
@@ -98,16 +102,32 @@ def count_at_most(a: list, b: list, t: float) -> int:
     return len(a) * len(b) - sum(map(bisect_left, repeat(a, len(b)), map(sub, b, repeat(t, len(b)))))
 
 
-def kth_difference(a: list, b: list, k: int, tol: float) -> float:
+def _spread(a: list, b: list) -> float:
+    """A rough common standard deviation of two sorted samples (interquartile range / 1.349), for guesses only."""
+    def iqr_sd(x: list) -> float:
+        return (x[(3 * len(x)) // 4] - x[len(x) // 4]) / 1.349
+
+    return math.sqrt((iqr_sd(a) ** 2 + iqr_sd(b) ** 2) / 2)
+
+
+def kth_difference(a: list, b: list, k: int, tol: float, hints: Sequence[float] = ()) -> float:
     """The k-th smallest (1-based) of b[j] - a[i], a and b sorted, to within tol: the smallest t with at
-    least k differences at or below it, by a safeguarded false position on the count (Illinois-style: the
-    count of a large sample is nearly linear near the target, so a few counts find it; every third step
-    bisects, so it never takes more steps than bisection would)."""
+    least k differences at or below it, by a safeguarded false position on the count (the count of a large
+    sample is nearly linear near the target, so a few counts find it; every third step bisects, so it never
+    takes many more steps than bisection would). hints: values likely to bracket it, tried first."""
     low, high = b[0] - a[-1], b[-1] - a[0]
-    count_low = count_at_most(a, b, low)
-    if count_low >= k:
-        return low
-    count_high = len(a) * len(b)
+    count_low, count_high = None, len(a) * len(b)
+    for hint in hints:  # values near the answer narrow the bracket at one count each
+        if low < hint < high:
+            count = count_at_most(a, b, hint)
+            if count >= k:
+                high, count_high = hint, count
+            else:
+                low, count_low = hint, count
+    if count_low is None:
+        count_low = count_at_most(a, b, low)
+        if count_low >= k:
+            return low
     step = 0
     while high - low > tol:
         step += 1
