@@ -261,7 +261,7 @@ def compare(before: Side, after: Side, settings: Settings) -> dict:
 
 def _shifts(pairs: list, alpha: float, workers: Optional[int] = None) -> list:
     """maths.shift of every (before, after) pair; a large fleet's figures spread over one process per CPU
-    (each figure of 10,000 hosts is about 0.2 s of bisection in one interpreter: benchmarks/compare_scale.py)."""
+    (each figure of 10,000 hosts is about 0.13 s of counting in one interpreter: benchmarks/compare_scale.py)."""
     workers = workers if workers is not None else (os.cpu_count() or 1)
     if workers > 1 and len(pairs) > 1 and sum(len(a) + len(b) for a, b in pairs) >= PARALLEL_SAMPLES:
         from concurrent.futures import ProcessPoolExecutor
