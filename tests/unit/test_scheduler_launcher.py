@@ -126,6 +126,9 @@ def test_the_role_writes_the_operators_policy_and_refuses_a_bad_one_by_name(tmp_
     written = root / "etc/tunefleet/policy.json"
     assert json.loads(written.read_text()) == policy and written.stat().st_mode & 0o777 == 0o644
     assert "--policy /etc/tunefleet/policy.json\"" in (root / "etc/default/tunefleet").read_text()
+    # NPD starts the launcher too: tunefleet's own failure is Unknown (70) there, never the condition (1)
+    npd = json.loads((root / "etc/tunefleet/tunefleet-custom-plugin-monitor.json").read_text())
+    assert {rule["args"][1] for rule in npd["rules"]} == {"/usr/local/libexec/tunefleet/tunefleet-check"}
     with pytest.raises(AssertionError) as refused:
         play(root, scheduler_hooks_compile=False, scheduler_hooks_policy={"xids": {"79": "drian"}})
     assert "xids.79.do = 'drian': must be one of ignore, warn, drain" in str(refused.value)
