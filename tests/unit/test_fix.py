@@ -251,3 +251,22 @@ def test_a_hardware_finding_of_a_drill_is_listed_with_its_action_and_never_plann
     said = []
     assert fix.main(_args(str(out)), player=Player(), write=said.append) == 2  # a tree, not this host
     assert "(--root), not this host" in said[0]
+
+
+def test_the_re_verify_limits_to_the_fixed_hosts_and_the_controller(tmp_path, monkeypatch):
+    from verify.fleet import run as fleet_run
+
+    seen = []
+
+    def fake_main(args):
+        seen.append(args)
+        os.mkdir(tmp_path / "out" / "20261207T000000Z-aaaa")
+        return 0
+
+    (tmp_path / "out").mkdir()
+    monkeypatch.setattr(fleet_run, "main", fake_main)
+    rc, made = fix.reverify_fleet("inv", ["a", "b"], str(tmp_path / "out"),
+                                  argparse.Namespace(history=None, no_history=True))
+    assert rc == 0 and made == str(tmp_path / "out" / "20261207T000000Z-aaaa")
+    # playbooks/verify.yml's controller plays run on localhost: a limit without it skips them.
+    assert seen[0].limit == "a,b,localhost" and seen[0].no_history is True and seen[0].inventory == "inv"

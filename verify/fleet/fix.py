@@ -21,7 +21,9 @@ Hosts are grouped by the set of roles they need: one playbook run per group (`--
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
+import io
 import json
 import os
 import re
@@ -390,14 +392,17 @@ def _history(args, fix_args) -> None:
 
 
 def reverify_fleet(inventory: str, hosts: Sequence[str], out: str, fix_args=None) -> tuple:
-    """`tunefleet verify -i INVENTORY --limit hosts` into a new run directory under `out`: (rc, run dir)."""
+    """`tunefleet verify -i INVENTORY --limit hosts` into a new run directory under `out`: (rc, run dir).
+    The limit names localhost too: playbooks/verify.yml's controller plays run there, and a --limit that
+    leaves the implicit localhost out skips them (the nodes' play then fails on their missing facts)."""
     from verify.fleet import run as fleet_run
     from verify.history.cli import add_verify_arguments
 
     parser = argparse.ArgumentParser()
     add_verify_arguments(parser)
     args = parser.parse_args([])
-    args.__dict__.update(inventory=inventory, limit=",".join(hosts), out=out, quiet=True, forks=None, profile=None,
+    limit = list(hosts) + ([] if "localhost" in hosts else ["localhost"])
+    args.__dict__.update(inventory=inventory, limit=",".join(limit), out=out, quiet=True, forks=None, profile=None,
                          ib_fabric=None, baseline=None, rules=None, world_readable=False)
     _history(args, fix_args)
     rc = fleet_run.main(args)
@@ -501,19 +506,29 @@ def main(args, player: Optional[Callable] = None, write: Callable[[str], None] =
     parent = os.path.dirname(run.path)
     fix_dir = make_unique_dir(parent, f"{os.path.basename(run.path)}-fix-")
     fixed_hosts = [one.host for one in plans if one.roles]
+    write(f"verifying again: {', '.join(fixed_hosts)} (its output in {os.path.join(fix_dir, 'reverify.log')})")
+    said = io.StringIO()
+    with contextlib.redirect_stdout(said):  # a task line per host and task: kept in the log, not shown
+        if run.kind == "fleet":
+            rc, after_dir = reverify_fleet(inventory, fixed_hosts, fix_dir, args)
+        else:
+            after_dir = os.path.join(fix_dir, "after")
+            rc = reverify_local(next(iter(run.reports.values())), after_dir, args)
     if run.kind == "fleet":
-        rc, after_dir = reverify_fleet(inventory, fixed_hosts, fix_dir, args)
         after = load_run(after_dir).reports if after_dir else {}
     else:
-        after_dir = os.path.join(fix_dir, "after")
-        rc = reverify_local(next(iter(run.reports.values())), after_dir, args)
         after = load_run(after_dir).reports if os.path.isfile(os.path.join(after_dir, "report.json")) else {}
         after = {fixed_hosts[0]: next(iter(after.values()))} if after else {}
+    text = said.getvalue()
+    for line in text.splitlines()[-40:]:
+        if line.startswith(("reports:", "tunefleet verify:")) or line.lstrip().startswith(("FAIL ", "ERROR ")):
+            write(f"  re-verify {line.strip()}")
     doc.update(after_dir=after_dir, after_rc=rc, findings=compare(run.reports, after, plans))
     dir_fd = open_trusted_dir(fix_dir)
     try:
         write_in_dir(dir_fd, "fix_report.json", json.dumps(doc, indent=1, default=str), PRIVATE_FILE)
         write_in_dir(dir_fd, "fix_report.md", render_report(doc), PRIVATE_FILE)
+        write_in_dir(dir_fd, "reverify.log", text, PRIVATE_FILE)
     finally:
         os.close(dir_fd)
     still = [r for r in doc["findings"] if r["after"]["status"] != "PASS"]
