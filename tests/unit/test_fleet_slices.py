@@ -317,3 +317,25 @@ def test_an_inventory_that_verifies_localhost_itself_is_not_sliced(tmp_path):
                                 run_one=lines.append, write=lines.append)
     assert outcome.rc == 2 and not os.listdir(run_dir)
     assert "names localhost as a host to verify" in lines[0]
+
+
+def test_verify_sliced_gives_the_fleet_report_of_one_run_over_the_same_node_reports(tmp_path):
+    reports = node_reports()
+    names = [f"gpu-{i:05d}" for i in range(HOSTS)]
+    whole = tmp_path / "whole"
+    write_run(whole, reports, names, names)
+    assert report_main(report_args(str(whole))) == 1
+    by_host = {r["host"]: r for r in reports}
+
+    def run_one(job: slices.SliceJob) -> slices.SliceResult:
+        os.rmdir(job.run_dir)
+        write_run(Path(job.run_dir), [by_host[h] for h in job.hosts if h in by_host], job.hosts, names)
+        return slices.SliceResult(job.index, 0, "successful")
+
+    run_dir = tmp_path / "sliced-run-dir"
+    run_dir.mkdir(mode=0o700)
+    args = argparse.Namespace(slices=4, slice_by=None, inventory="inv", quiet=True, world_readable=False)
+    outcome = slices.run_sliced(args, run_dir, names, Progress(write=lambda line: None), run_one=run_one,
+                                write=lambda line: None)
+    assert (outcome.rc, outcome.status) == (0, "successful")
+    assert fleet_outputs(run_dir) == fleet_outputs(whole)
