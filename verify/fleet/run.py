@@ -408,7 +408,7 @@ def finish(rc: int, status: str, run_dir: Path, progress: Progress, write: Calla
         if entry["worst"] in ("FAIL", "ERROR") and entry["problems"]:
             first = entry["problems"][0]
             write(f"  {entry['worst']:5} {entry['host']}: {first['check_id']}: {first['reason']}")
-    from verify.fleet.fix import fleet_end_lines
+    from verify.fleet.fix_plan import fleet_end_lines
 
     for line in fleet_end_lines(str(run_dir), inventory, hosts):  # what `tunefleet fix` would do (issue 49)
         write(line)
