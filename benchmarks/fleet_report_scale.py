@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 from verify.fleet.model import load_fleet_dir  # noqa: E402
 from verify.fleet.report import FORMATS, write_reports  # noqa: E402
 from verify.fleet.summary import build_summary  # noqa: E402
-from verify.fleet.synthetic import derive_hosts, write_fleet  # noqa: E402
+from verify.fleet.synthetic import derive_hosts  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures" / "fleet"
 LIMIT_S = 5.0
@@ -99,13 +99,18 @@ def main() -> int:
             for index, part in enumerate(plan_slices(names, args.slices)):
                 os.mkdir(Path(tmp) / f"slice-{index}", 0o700)
                 where.update(dict.fromkeys(part, Path(tmp) / f"slice-{index}"))
-        # In chunks: 100,000 derived reports held at once would take more memory than the report itself.
-        for start in range(0, args.hosts, CHUNK):
-            hosts = derive_hosts(base, measurement, min(CHUNK, args.hosts - start), slow_hosts=4 if not start else 0,
-                                 odd_driver_hosts=3 if not start else 0, seed=7 + start)
-            for offset, host in enumerate(hosts):
-                host["host"] = host["facts"]["host"] = names[start + offset]
-                write_fleet(where[host["host"]], [host])
+        # Past CHUNK hosts the first CHUNK derived reports repeat under new names (their serialized text, the
+        # quoted name replaced): 100,000 derived reports held or derived one by one cost more than the report.
+        hosts = derive_hosts(base, measurement, min(CHUNK, args.hosts), slow_hosts=4, odd_driver_hosts=3)
+        texts = [json.dumps(host) for host in hosts]
+        del hosts
+        for index, name in enumerate(names):
+            text = texts[index % CHUNK]
+            if index >= CHUNK:
+                text = text.replace(f'"{names[index % CHUNK]}"', f'"{name}"')
+            host_dir = where[name] / name
+            host_dir.mkdir()
+            (host_dir / "report.json").write_text(text, encoding="utf-8")
         size = sum(p.stat().st_size for p in Path(tmp).glob("**/report.json"))
         print(f"{args.hosts} node reports, {size / 1e6:.0f} MB on disk; load average {os.getloadavg()[0]:.1f} "
               f"on {os.cpu_count()} CPUs")
