@@ -485,7 +485,10 @@ def estimate_sliced(sliced: list, unsliced: list, args, fit: tuple) -> int:
               f"{base.main_cpu_s:.1f} s in one), join and fleet report {run.join_cpu_s:.2f} s CPU; "
               f"wall {run.wall_s:.0f} s "
               f"(unsliced {base.wall_s:.0f} s, on a shared machine)")
-    join = max((r.join_cpu_s / r.hosts for r in sliced), default=0.0)
+    # Per extra host: the fleet report's own start (templates, the summary) is a fixed cost, not a host's.
+    sizes = {r.hosts for r in sliced}
+    join = max(0.0, slope([(r.hosts, r.join_cpu_s) for r in sliced])[0]) if len(sizes) > 1 else \
+        max((r.join_cpu_s / r.hosts for r in sliced), default=0.0)
     slices = args.estimate_slices or args.cores
     forks = max(1, args.estimate_forks // slices)
     for hosts in (10000, 100000):
