@@ -504,13 +504,14 @@ def _entry_untrusted(st: os.stat_result, here: str) -> Optional[str]:
     return untrusted_because(st) or (_acl_untrusted(here, st, False) if stat.S_ISREG(st.st_mode) else None)
 
 
-def check_tree_trusted(top: str, max_entries: int = MAX_TREE_ENTRIES) -> int:
+def check_tree_trusted(top: str, max_entries: int = MAX_TREE_ENTRIES, skip: Sequence[str] = ()) -> int:
     """`top` (an import directory, one package in it) and everything beneath it held to the trust rule: `top`
     and its parents by open_trusted_dir, then each directory (mode, owner, access and default ACL), file
     (mode, owner, ACL) and symlink (its owner, and what it leads to) inside, walked by descriptor. An import
     directory root owns can hold a package another user can write (a umask-0 install, a default ACL): Python
-    imports it as root all the same. Returns the entries checked; UnsafePathError naming the first that others
-    could change."""
+    imports it as root all the same. skip: names of `top`'s own entries left to another check (a standard
+    library's site-packages, walked only where it is a site directory). Returns the entries checked;
+    UnsafePathError naming the first that others could change."""
     checked = 0
     stack = [(open_trusted_dir(top), os.path.abspath(top))]
     try:
@@ -518,7 +519,8 @@ def check_tree_trusted(top: str, max_entries: int = MAX_TREE_ENTRIES) -> int:
             dir_fd, where = stack.pop()
             try:
                 with os.scandir(dir_fd) as listing:
-                    entries = [(e.name, e.stat(follow_symlinks=False)) for e in listing]
+                    entries = [(e.name, e.stat(follow_symlinks=False)) for e in listing
+                               if not (skip and where == os.path.abspath(top) and e.name in skip)]
                 checked += len(entries)
                 if checked > max_entries:
                     raise UnsafePathError(errno.E2BIG, f"{top} holds more than {max_entries} entries: too many "

@@ -54,6 +54,7 @@ SITE_PROBE = ("import json, site, sys; print('" + MARKER + "' + json.dumps({'ver
 # Step 4, run with -I: site has run (its .pth files, sitecustomize) and nothing else.
 PATH_PROBE = "import json, sys; print('" + MARKER + "' + json.dumps({'path': [p for p in sys.path if p]}))"
 STEP_TIMEOUT_S = 60
+SITE_NAMES = ("site-packages", "dist-packages")
 PROBE_TIMEOUT_S = 180  # importing torch from a cold page cache on a network filesystem takes a while
 # Runs in the candidate, isolated: the trusted extra directories first, then `import torch` for real (a torch
 # whose CUDA libraries are missing fails here, as it would in the engine), then what the report needs.
@@ -100,6 +101,15 @@ def venv_problem(python: str) -> Optional[str]:
     return None
 
 
+def venv_includes_system(venv: str) -> bool:
+    """pyvenv.cfg's include-system-site-packages (site.venv's own reading of it: true, case-insensitive)."""
+    for line in read_trusted_file(os.path.join(venv, "pyvenv.cfg")).splitlines():
+        key, _, value = line.partition("=")
+        if key.strip().lower() == "include-system-site-packages":
+            return value.strip().lower() == "true"
+    return False
+
+
 def venv_sites(venv: str) -> list:
     return sorted(glob.glob(os.path.join(venv, "lib*", "python*", "site-packages")))
 
@@ -111,13 +121,15 @@ class Walked:
     def __init__(self, trees: Sequence[str] = ()) -> None:
         self.trees: list = [os.path.realpath(t) for t in trees]
 
-    def check(self, directory: str) -> None:
-        """Walk `directory` (verify.safe_io.check_tree_trusted) unless a walked tree holds it; absent: nothing."""
+    def check(self, directory: str, skip: Sequence[str] = ()) -> None:
+        """Walk `directory` (verify.safe_io.check_tree_trusted) unless a walked tree holds it; absent: nothing.
+        skip: its own entries of those names left out (then it does not count as walked whole)."""
         real = os.path.realpath(directory)
         if not os.path.isdir(real) or any(real == t or real.startswith(t.rstrip("/") + "/") for t in self.trees):
             return
-        check_tree_trusted(directory)
-        self.trees.append(real)
+        check_tree_trusted(directory, skip=skip)
+        if not skip:
+            self.trees.append(real)
 
 
 def stdlib_dirs(python: str) -> list:
@@ -188,13 +200,17 @@ def try_candidate(python: str, extra: Sequence[str], runner=run_command, walked:
         if problem:
             return dict(tried, outcome="refused", detail=problem)
         step = "its standard library"
-        for directory in stdlib_dirs(python):
-            walked.check(directory)
+        for directory in stdlib_dirs(python):  # its site directories are walked where they are used (step 3)
+            walked.check(directory, skip=SITE_NAMES)
         step = "its site directories (run without site)"
         found, why = _step(python, ["-I", "-S"], SITE_PROBE, [], runner, STEP_TIMEOUT_S)
         if found is None:
             return dict(tried, outcome="no torch", detail=f"the probe without site did not answer: {why}")
-        sites = _paths(found, "site") + venv_sites(venv_dir(python) or "/nonexistent")
+        venv = venv_dir(python)
+        # Without `site`, a venv's sys.prefix is still the base's (site.venv sets it): the base's site directories
+        # are the venv's only when its pyvenv.cfg includes them.
+        sites = (_paths(found, "site") if venv is None or venv_includes_system(venv) else []) + \
+            venv_sites(venv or "/nonexistent")
         for directory in _paths(found) + sites + [d for site in sites for d in pth_dirs(site)]:
             walked.check(directory)
         step = "its sys.path (run with site)"
