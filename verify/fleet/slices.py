@@ -193,6 +193,10 @@ def check_joinable(sources: Sequence[str]) -> dict:
         except OSError as exc:
             raise SliceError(f"run directory {source}: {exc.strerror or exc}") from None
         for host in names:
+            try:
+                check_plain_component(host, "host directory name")  # <target>/<host> stays in the target
+            except ValueError as exc:
+                raise SliceError(f"run directory {source}: {exc}") from None
             if host in owner:
                 raise SliceError(f"host {host} has a directory in both {owner[host]} and {source}: join each host's "
                                  "run once (move or remove the other)")
@@ -204,11 +208,10 @@ def join_run_dirs(sources: Sequence[str], target: str, move: bool = False) -> Jo
     """Every host directory of `sources` into `target` (moved, or copied file by file: plain files only, never
     through a link), and the run's side files joined there (module docstring). `target` must exist, be ours and
     private, and hold no host directory of its own."""
-    within = lambda path, top: path == top or path.startswith(top.rstrip("/") + "/")  # noqa: E731
     for source in sources:
         real, top = os.path.realpath(source), os.path.realpath(target)
         # A slice of --slices lies in <run>/slices/; any other nesting would join a directory into itself.
-        if within(top, real) or (within(real, top) and not within(real, os.path.join(top, SLICES_DIR))):
+        if _within(top, real) or (_within(real, top) and not _within(real, os.path.join(top, SLICES_DIR))):
             raise SliceError(f"{target} and {source} lie one in the other: join into a directory of its own")
     owner = check_joinable(sources)
     taken = set(host_dirs(target))
@@ -218,7 +221,6 @@ def join_run_dirs(sources: Sequence[str], target: str, move: bool = False) -> Jo
     target_fd = open_trusted_dir(target)
     try:
         for host, source in sorted(owner.items()):
-            check_plain_component(host, "host directory name")
             if move:
                 os.rename(os.path.join(source, host), host, dst_dir_fd=target_fd)
             else:
@@ -228,6 +230,10 @@ def join_run_dirs(sources: Sequence[str], target: str, move: bool = False) -> Jo
         os.close(target_fd)
     join_side_files(sources, target, joined)
     return joined
+
+
+def _within(path: str, top: str) -> bool:
+    return path == top or path.startswith(top.rstrip("/") + "/")
 
 
 def copy_host_dir(source: str, target_fd: int, host: str) -> None:
