@@ -155,3 +155,17 @@ def test_the_node_run_carries_the_search_into_the_desired_state(tmp_path):
     carried = json.loads(Path(spec_with_python(str(spec), str(search))).read_text())
     assert carried["verify"]["benchmarks"] == ["quick"]
     assert carried["verify"]["python"]["gpus"] == 2 and carried["verify"]["python"]["running"] == sys.executable
+
+
+def test_a_tree_walked_once_covers_what_is_inside_it_but_not_what_its_walk_left_out(tmp_path):
+    from verify.fleet.node_python import Walked
+
+    lib = tmp_path / "lib" / "python3.12"
+    (lib / "site-packages" / "pkg").mkdir(parents=True)
+    (lib / "encodings").mkdir()
+    walked = Walked()
+    walked.check(str(lib), skip=("site-packages",))
+    assert walked._covered(str(lib / "encodings")) and walked._covered(str(lib))
+    assert not walked._covered(str(lib / "site-packages")) and not walked._covered(str(lib / "site-packages/pkg"))
+    walked.check(str(lib / "site-packages"))
+    assert walked._covered(str(lib / "site-packages" / "pkg"))

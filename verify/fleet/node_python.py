@@ -116,20 +116,27 @@ def venv_sites(venv: str) -> list:
 
 class Walked:
     """The trees already held to the rule in this search (each walked once: a site-packages with PyTorch is
-    about 20,000 entries); a directory inside a walked tree is covered by it."""
+    about 20,000 entries); a directory inside a walked tree is covered by it, except under the entries its walk
+    left out (a standard library's site-packages: a hyphenated name is no module, so nothing is imported from
+    it unless it is a sys.path entry of its own, which is then walked)."""
 
     def __init__(self, trees: Sequence[str] = ()) -> None:
-        self.trees: list = [os.path.realpath(t) for t in trees]
+        self.trees: list = [(os.path.realpath(t), ()) for t in trees]
+
+    def _covered(self, real: str) -> bool:
+        def within(tree: str, skipped: tuple) -> bool:
+            inside = real.startswith(tree.rstrip("/") + "/")
+            return real == tree or (inside and real[len(tree.rstrip("/")) + 1:].split("/", 1)[0] not in skipped)
+        return any(within(tree, skipped) for tree, skipped in self.trees)
 
     def check(self, directory: str, skip: Sequence[str] = ()) -> None:
         """Walk `directory` (verify.safe_io.check_tree_trusted) unless a walked tree holds it; absent: nothing.
-        skip: its own entries of those names left out (then it does not count as walked whole)."""
+        skip: its own entries of those names left out."""
         real = os.path.realpath(directory)
-        if not os.path.isdir(real) or any(real == t or real.startswith(t.rstrip("/") + "/") for t in self.trees):
+        if not os.path.isdir(real) or self._covered(real):
             return
         check_tree_trusted(directory, skip=skip)
-        if not skip:
-            self.trees.append(real)
+        self.trees.append((real, tuple(skip)))
 
 
 def stdlib_dirs(python: str) -> list:
