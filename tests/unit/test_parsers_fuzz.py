@@ -627,6 +627,7 @@ EXEMPT = {
     "verify.fleet.report:read_pairs": "blame's own summary, bounded; damaged cells skipped (test_fleet_pairs_report)",
     "verify.facts.aer:read_counters": "sysfs aer_dev_* files through the Node; parse_counters is fuzzed",
     "verify.checks.health_*:*": "helper F's new health checks; run through verify.checks:run_checks",
+    "verify.cli:Parser.parse_known_args": "argparse's own, after a typo check over the words (test_cli_typos.py)",
 }
 
 

@@ -68,7 +68,7 @@ def test_a_tuned_node_or_an_older_report_says_nothing_of_it(applied):
 
 def test_verify_records_whether_the_ledger_exists(tmp_path):
     """run.tunefleet_applied is read from the node (under --root too): the roles' own ledger path."""
-    from plugins.module_utils.ledger_core import DEFAULT_LEDGER_PATH
+    from ansible_collections.tunefleet.gpu_node.plugins.module_utils.ledger_core import DEFAULT_LEDGER_PATH
 
     assert LEDGER_PATH == DEFAULT_LEDGER_PATH
     node = Node(root=str(tmp_path))

@@ -199,7 +199,7 @@ def main(args) -> int:
         if not args.history:
             print(f"tunefleet history: {where_to_look()}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    print(f"tunefleet history: {note or reading_note(path, args.history)}", file=sys.stderr)
+    print(f"tunefleet history: {note or which_history_note(path, args.history)}", file=sys.stderr)
     with store:
         try:
             if args.regressions:
@@ -248,7 +248,7 @@ def history_to_read(asked: Optional[str], default: str) -> tuple:
                     "--history PATH reads another")
 
 
-def reading_note(path: str, asked: Optional[str]) -> str:
+def which_history_note(path: str, asked: Optional[str]) -> str:
     """Which history is read and why, and where the others are: the demo's beside its reports
     (`make demo` keeps its own) is named with the option that reads it."""
     note = f"reading {path}" + ("" if asked else " (the default: $TUNEFLEET_HISTORY, else the machine's)")
