@@ -91,13 +91,15 @@ tf() { "$py" -m verify "$@"; }
 rc=0; tf verify --local --vars "$work/vars.yml" "${bench[@]}" --out "$work/before" --format json,md \
   >"$work/before.log" 2>&1 || rc=$?
 note "== verify before: exit $rc"; rows "$work/before"
-rc=0; tf fix "$work/before" >"$work/check.log" 2>&1 || rc=$?
+# --roles gpu: this node's other findings (an untuned sysctl, limits) are listed, not applied: the device
+# machine is someone's node, and the run must leave it as it found it (only nccl.conf and the ledger are put back).
+rc=0; tf fix "$work/before" --roles gpu >"$work/check.log" 2>&1 || rc=$?
 note "== fix (check mode): exit $rc"; tee -a "$summary" <"$work/check.log"
 note "== $conf after check mode (must still hold the planted line): $(tr '\n' ' ' <"$conf")"
 verdict() { if eval "$1"; then note "CHECK PASS $2"; else note "CHECK FAIL $2"; fi; }
 verdict 'grep -q NCCL_P2P_DISABLE "$conf"' "check mode changed nothing"
 verdict 'grep -q "would change: .*gpu [1-9]" "$work/check.log"' "check mode plans the gpu role and would change it"
-rc=0; tf fix "$work/before" --apply >"$work/apply.log" 2>&1 || rc=$?
+rc=0; tf fix "$work/before" --roles gpu --apply >"$work/apply.log" 2>&1 || rc=$?
 note "== fix --apply: exit $rc"; tee -a "$summary" <"$work/apply.log"
 note "== $conf after the apply: $(tr '\n' ' ' <"$conf")"
 verdict '! grep -q NCCL_P2P_DISABLE "$conf"' "the apply removed the planted line"
@@ -108,6 +110,6 @@ if [ "${gpus:-0}" -ge 2 ]; then
 fi
 after=$(ls -d "$work"/before-fix-*/after 2>/dev/null | head -1 || true)
 if [ -n "$after" ]; then note "== verify after (the fix's own re-verify)"; rows "$after"; fi
-rc=0; tf fix "$work/before" --apply --max-age 1s >"$work/old.log" 2>&1 || rc=$?
+rc=0; tf fix "$work/before" --roles gpu --apply --max-age 1s >"$work/old.log" 2>&1 || rc=$?
 note "== fix of a run older than --max-age 1s: exit $rc (want 2): $(head -1 "$work/old.log")"
 verdict '[ "$rc" = 2 ]' "a run older than --max-age is refused"

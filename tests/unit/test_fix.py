@@ -82,7 +82,7 @@ class Player:
 def _args(directory, **extra):
     return argparse.Namespace(directory=directory, inventory=extra.get("inventory"), apply=extra.get("apply", False),
                               max_age=extra.get("max_age", fix.DEFAULT_MAX_AGE), quiet=False, history=None,
-                              no_history=True)
+                              no_history=True, roles=extra.get("roles"))
 
 
 def test_the_plan_names_each_host_s_roles_and_leaves_hardware_alone(tmp_path):
@@ -270,3 +270,40 @@ def test_the_re_verify_limits_to_the_fixed_hosts_and_the_controller(tmp_path, mo
     assert rc == 0 and made == str(tmp_path / "out" / "20261207T000000Z-aaaa")
     # playbooks/verify.yml's controller plays run on localhost: a limit without it skips them.
     assert seen[0].limit == "a,b,localhost" and seen[0].no_history is True and seen[0].inventory == "inv"
+
+
+def test_roles_fixes_only_the_chosen_roles_and_lists_the_others(tmp_path):
+    inventory = _inventory(tmp_path, ["a", "b"])
+    directory = _fleet(tmp_path, {"a": _report(tmp_path, "a"), "b": _report(tmp_path, "b")}, os.path.abspath(inventory))
+    player, out = Player(), []
+    assert fix.main(_args(directory, roles="network"), player=player, write=out.append) == 0
+    (call,) = player.calls
+    assert call["tags"] == "network" and call["limit"] == "a,b"
+    assert any(line.startswith("not run (their roles are not among --roles)") for line in out)
+    assert any("a: FAIL limits." in line for line in out)  # listed, never run
+
+
+@pytest.mark.parametrize("text", ["", "network,bogus", "preflight", "reboot", "../sysctl"])
+def test_roles_outside_the_tuning_roles_are_refused_by_name(tmp_path, text):
+    inventory = _inventory(tmp_path, ["a"])
+    directory = _fleet(tmp_path, {"a": _report(tmp_path, "a")}, os.path.abspath(inventory))
+    player, out = Player(), []
+    assert fix.main(_args(directory, roles=text), player=player, write=out.append) == 2
+    assert "--roles" in out[-1] and not player.calls
+
+
+def test_a_local_run_applies_with_the_vars_files_it_was_verified_with(tmp_path):
+    # Found on the H100 (tests/device/fix_nccl_conf.sh): preflight refused the fix because
+    # storage_allow_no_match, which the run's --vars file set, is not part of the desired state.
+    local = tmp_path / "local"
+    local.mkdir(mode=0o700)
+    vars_file = tmp_path / "vars.yml"
+    vars_file.write_text("storage_allow_no_match: true\nlimits_memlock: 1\n")
+    report = _report(tmp_path, socket.gethostname())
+    report["run"]["command"] = f"tunefleet verify --local --vars {vars_file} --no-bench"
+    (local / "report.json").write_text(json.dumps(report))
+    player, out = Player(), []
+    assert fix.main(_args(str(local)), player=player, write=out.append) == 0
+    (call,) = player.calls
+    assert call["extravars"]["storage_allow_no_match"] is True
+    assert call["extravars"]["limits_memlock"] == "unlimited"  # the desired state the run judged wins

@@ -33,6 +33,7 @@ from typing import Callable, Optional, Sequence
 
 from verify.fleet.fix_plan import (  # noqa: F401 - fleet_end_lines, INVENTORY_RECORD: the plan's names, here too
     DEFAULT_MAX_AGE,
+    FIXING_ROLES,
     INVENTORY_RECORD,
     SITE,
     FixRefused,
@@ -96,10 +97,16 @@ def _diffs(res: dict) -> list:
     return out
 
 
-def local_extravars(desired: dict, roles: Sequence[str]) -> dict:
-    """The role variables of a --local run's desired state, for the roles applied: each section key k of role r
-    is the variable r_k (templates/desired_state.json.j2); sysctl's settings are already merged."""
+def local_extravars(desired: dict, roles: Sequence[str], vars_files: Sequence[str] = ()) -> dict:
+    """The role variables of a --local run, for the roles applied: the run's own --vars files first (they hold
+    what the desired state does not carry, e.g. storage_allow_no_match, which preflight judges), then each
+    section key k of role r of its desired state as the variable r_k (templates/desired_state.json.j2);
+    sysctl's settings are already merged."""
+    from verify.desired import load_vars_file
+
     extravars = {}
+    for path in vars_files:
+        extravars.update(load_vars_file(path))
     for role in roles:
         section = desired.get(role)
         if not isinstance(section, dict):
@@ -109,6 +116,18 @@ def local_extravars(desired: dict, roles: Sequence[str]) -> dict:
         if role == "sysctl":
             extravars["sysctl_extra_settings"] = {}
     return extravars
+
+
+def recorded_options(report: dict) -> argparse.Namespace:
+    """The desired-state source and benchmark options the --local run recorded in its command line."""
+    command = shlex.split(str((report.get("run") or {}).get("command") or ""))
+    parser = argparse.ArgumentParser(add_help=False)
+    for option in ("--spec", "--profile", "--bench"):
+        parser.add_argument(option, default=None)
+    parser.add_argument("--vars", action="append", default=[])
+    parser.add_argument("--no-bench", action="store_true")
+    used, _ = parser.parse_known_args(command[2:] if command[:2] == ["tunefleet", "verify"] else command)
+    return used
 
 
 def run_roles(home: Path, inventory: str, hosts: Sequence[str], roles: Sequence[str], apply: bool,
@@ -200,13 +219,8 @@ def reverify_local(report: dict, out: str, fix_args=None) -> int:
     from verify.history.cli import add_verify_arguments
     from verify.local_run import main as local_main
 
-    command = shlex.split(str((report.get("run") or {}).get("command") or ""))
+    used = recorded_options(report)
     parser = argparse.ArgumentParser(add_help=False)
-    for option in ("--spec", "--profile", "--bench"):
-        parser.add_argument(option, default=None)
-    parser.add_argument("--vars", action="append", default=[])
-    parser.add_argument("--no-bench", action="store_true")
-    used, _ = parser.parse_known_args(command[2:] if command[:2] == ["tunefleet", "verify"] else command)
     add_verify_arguments(parser)
     args = parser.parse_args([])
     args.__dict__.update(spec=used.spec, profile=used.profile, vars=used.vars, bench=used.bench,
@@ -215,6 +229,18 @@ def reverify_local(report: dict, out: str, fix_args=None) -> int:
                          probe_login=False)
     _history(args, fix_args)
     return local_main(args)
+
+
+def chosen_roles(text: Optional[str]) -> Optional[list]:
+    """--roles as a list of tuning roles, or None (every role); another word is refused by name."""
+    if text is None:
+        return None
+    roles = [word.strip() for word in str(text).split(",") if word.strip()]
+    unknown = [role for role in roles if role not in FIXING_ROLES]
+    if not roles or unknown:
+        raise FixRefused(f"--roles {text!r}: {', '.join(unknown) or 'no role named'} is not one of "
+                         f"{', '.join(FIXING_ROLES)}")
+    return roles
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -226,6 +252,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
     f.add_argument("--apply", action="store_true", help="apply (default: check mode with diff, nothing changes)")
     f.add_argument("--max-age", default=DEFAULT_MAX_AGE,
                    help=f"refuse a run older than this (s, m, h or d; default {DEFAULT_MAX_AGE})")
+    f.add_argument("--roles", default=None, metavar="ROLE[,ROLE]",
+                   help="fix only these roles' findings (the others are listed, not run); default: every role "
+                        "the findings name")
     f.add_argument("--quiet", action="store_true", help="no plan or diff lines")
     f.add_argument("--history", metavar="PATH", default=None, help="the history the re-verify records into "
                    "(as verify's --history)")
@@ -248,7 +277,7 @@ def main(args, player: Optional[Callable] = None, write: Callable[[str], None] =
         if run.kind == "fleet" and (args.inventory or run.inventory):
             inventory_hosts = check_inventory(args.inventory or run.inventory, None, home)
         inventory = check_source(run, args.inventory, inventory_hosts)
-        plans = plan(findings_of(run))
+        plans = plan(findings_of(run), chosen_roles(getattr(args, "roles", None)))
         todo = groups(plans)
         if todo and player is None and importlib.util.find_spec("ansible_runner") is None:
             raise FixRefused("tunefleet fix needs ansible-runner on the controller (pip install ansible-runner)")
@@ -264,7 +293,8 @@ def main(args, player: Optional[Callable] = None, write: Callable[[str], None] =
         return EXIT_OK
     changes = Changes(write)
     for roles, hosts in todo:
-        extravars = local_extravars(run.reports[hosts[0]].get("desired_state") or {}, roles) \
+        report = run.reports[hosts[0]]
+        extravars = local_extravars(report.get("desired_state") or {}, roles, recorded_options(report).vars) \
             if run.kind == "local" else None
         write(f"{'applying' if args.apply else 'check mode (--check --diff)'}: site.yml --tags {','.join(roles)} "
               f"--limit {','.join(hosts)}")

@@ -24,6 +24,8 @@ DEFAULT_MAX_AGE = "24h"  # older findings may no longer be the node's: verify ag
 _AGE = re.compile(r"(\d+)\s*([smhd]?)")
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 FINDING = ("FAIL", "WARN")
+# The roles site.yml applies that a finding's remedy can name (fix --roles chooses among them).
+FIXING_ROLES = ("sysctl", "network", "storage", "gpu", "pcie", "memory", "limits", "cpu")
 
 
 class FixRefused(ValueError):
@@ -50,6 +52,7 @@ class HostPlan:
     roles: list = field(default_factory=list)
     fixes: list = field(default_factory=list)  # findings the roles remove
     apart: list = field(default_factory=list)  # findings left alone, with their action
+    not_chosen: list = field(default_factory=list)  # a role's findings, that role left out by --roles
 
 
 @dataclass
@@ -168,14 +171,18 @@ def findings_of(run: RunDir) -> dict:
     return found
 
 
-def plan(findings: dict) -> list:
-    """Per host: the roles whose remedy removes a finding (sorted), the findings they address, and the rest."""
+def plan(findings: dict, only_roles: Optional[Sequence[str]] = None) -> list:
+    """Per host: the roles whose remedy removes a finding (sorted), the findings they address, and the rest.
+    `only_roles` (fix --roles): the operator fixes these roles only; another role's findings are listed, not run."""
     plans = []
     for host, rows in sorted(findings.items()):
         one = HostPlan(host)
         for finding in rows:
             remedy = finding.remedy
             if remedy and remedy.get("kind") == ROLE and remedy.get("fixable") and remedy.get("role"):
+                if only_roles is not None and remedy["role"] not in only_roles:
+                    one.not_chosen.append(finding)
+                    continue
                 one.fixes.append(finding)
                 if remedy["role"] not in one.roles:
                     one.roles.append(remedy["role"])
@@ -202,8 +209,12 @@ def render_plan(plans: list, run_dir: str) -> list:
             lines.append(f"  {one.host}: roles {', '.join(one.roles)} (site.yml --tags {','.join(one.roles)}) for "
                          f"{len(one.fixes)} finding(s)")
             lines += [f"    {f.status} {f.check_id}: {words(f.remedy)}" for f in one.fixes]
-        elif not one.apart:
+        elif not one.apart and not one.not_chosen:
             lines.append(f"  {one.host}: nothing to fix")
+    not_chosen = [f for one in plans for f in one.not_chosen]
+    if not_chosen:
+        lines.append(f"not run (their roles are not among --roles): {len(not_chosen)} finding(s)")
+        lines += [f"  {f.host}: {f.status} {f.check_id}: {words(f.remedy)}" for f in not_chosen]
     apart = [f for one in plans for f in one.apart]
     if apart:
         lines.append("left alone (not a role's to fix; the action each needs):")
