@@ -61,7 +61,9 @@ WRAPPERS = {
     "dmesg --time-format iso": lambda up, at, m: f"{iso(at, ',')} {m}",
     "dmesg -d": lambda up, at, m: f"[{up:12.6f} <    0.000123>] {m}",
     "dmesg --time-format delta": lambda up, at, m: f"[<    0.000123>] {m}",
-    "dmesg -H (reltime)": lambda up, at, m: f"[{at:%b%d %H:%M}] {m}" if int(up) % 2 else f"[  +0.000123] {m}",
+    # util-linux's "%b%e %H:%M": a one-digit day is space-padded ("[Dec 7 04:35]", read on the H100)
+    "dmesg -H (reltime)": lambda up, at, m: f"[{at:%b}{at.day:2d} {at:%H:%M}] {m}" if int(up) % 2
+    else f"[  +0.000123] {m}",
     "dmesg --notime": lambda up, at, m: m,
     "dmesg, CONFIG_PRINTK_CALLER": lambda up, at, m: f"[{up:12.6f}] [  T1946] {m}",
     "journalctl -o short": lambda up, at, m: f"{at:%b %d %H:%M:%S} gpu-node-7 kernel: {m}",
@@ -187,3 +189,15 @@ def test_records_another_facility_wrote_are_left_out_in_every_wrapper_that_names
                  _json(MESSAGE=xid, _TRANSPORT="syslog", SYSLOG_FACILITY="1"),
                  f"192.168.11.119: user: warning: [2026-04-22T21:27:51.291660856Z]: {xid}"):
         assert kernel_log.xid_events(line) == [], line
+
+
+def test_reltime_with_a_space_padded_day_is_read():
+    # `dmesg --kernel --time-format reltime` on the 1x H100 (tests/fixtures/device_runs, 2026-12-07): before,
+    # this line was "could not be read" (the reader knew only the two-digit day, "[Nov15 12:02]").
+    line = ("[Dec 7 04:35] NVRM: Persistence mode is deprecated and will be removed in a future release. "
+            "Please use nvidia-persistenced instead.\n[  +1.500000] NVRM: GPU at PCI:0000:00:06: GPU-1\n")
+    reading = kernel_log.read_records(line, now=datetime(2026, 12, 7, 5, 0, tzinfo=timezone.utc))
+    assert not reading.unread
+    first, second = reading.records
+    assert first.message.startswith("NVRM: Persistence mode")
+    assert second.utc - first.utc == timedelta(seconds=1.5) and first.utc.year == 2026

@@ -26,7 +26,7 @@ proves every one gives the same events for every message body of the fixtures):
   dmesg               -r "<4>", --decode "kern  :warn  : ", the stamps below, CONFIG_PRINTK_CALLER "[ T1946] "
   Talos (talosctl dmesg) "172.20.0.2: kern: warning: [2026-04-22T21:27:51.291660856Z]: "
   stamps (one)        "[ 8213.402117]" (dmesg, -o short-monotonic), "[ 8213.402117 <    0.000123>]" (dmesg -d,
-                      -o short-delta), "[<    0.000123>]" (--time-format delta), "[Nov15 12:02]" and
+                      -o short-delta), "[<    0.000123>]" (--time-format delta), "[Nov15 12:02]" / "[Dec 7 04:35]" and
                       "[  +0.000123]" (-H / --time-format reltime), "[Thu Apr  4 18:03:56 2024]" (-T),
                       ISO-8601 (--time-format iso, -o short-iso[-precise]), "Nov 15 12:02:03[.470068]" (-o short,
                       short-precise, syslog; any locale's month), "Fri 2024-11-15 12:02:03 UTC" (-o short-full,
@@ -87,7 +87,8 @@ _MONTH_DAY = r"[^\W\d_]{3,5}\.? {1,2}\d{1,2}"
 _STAMPS = (
     ("uptime", re.compile(r"\[\s{0,12}(?P<uptime>\d{1,10}\.\d{1,9})(?:\s{1,4}<\s{0,12}\d{1,10}\.\d{1,9}>)?\] ")),
     ("delta", re.compile(r"\[<\s{0,12}\d{1,10}\.\d{1,9}>\] ")),
-    ("reltime", re.compile(r"\[(?P<reltime>[^\W\d_]{3}\d{1,2} \d\d:\d\d)\] ")),
+    # util-linux pads a one-digit day with a space ("[Dec 7 04:35]", seen on the H100: Ubuntu 24.04's dmesg)
+    ("reltime", re.compile(r"\[(?P<reltime>[^\W\d_]{3} ?\d{1,2} \d\d:\d\d)\] ")),
     ("rel_delta", re.compile(r"\[\s{0,12}\+(?P<rel_delta>\d{1,10}\.\d{1,9})\] ")),
     ("local_t", re.compile(r"\[(?P<local_t>[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})\] ")),
     ("iso", re.compile(rf"(?P<iso>{_ISO_TEXT}) ")),
