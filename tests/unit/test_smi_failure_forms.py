@@ -164,6 +164,8 @@ def test_the_whole_report_reads_and_its_gpus_pass(tmp_path):
     (2, "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n"),
     (0, "NVIDIA System Management Interface -- v590.48.01\n\nUsage: nvidia-smi [OPTION1 [ARG1]] ...\n"),
     (4, "Insufficient Permissions\n"),
+    # the real answer of nvidia-smi 580.159.04 on the 1x H100 to an unknown flag (exit 255), 2026-12-07
+    (255, (PUBLIC / "nvidia-smi-bad-flag_healthy_h100x1-580.159.04.txt").read_text()),
 ])
 def test_a_tool_that_printed_its_usage_or_was_refused_is_could_not_check(tmp_path, returncode, text):
     result, _ = presence(tmp_path, answering(csv=(returncode, text, "")), buses=M40_BUSES)
@@ -269,3 +271,14 @@ def test_any_csv_cells_the_driver_could_not_read_are_never_a_pass(tmp_path_facto
         assert result.status is Status.FAIL and result.details["action"] == verdicts.REBOOT
     else:
         assert result.status is Status.WARN and result.details["action"] == verdicts.WATCH
+
+
+def test_the_h100_s_own_default_table_reads_as_one_healthy_gpu():
+    # The R580 table of the 1x H100 (tests/device/smi_forms.sh, 2026-12-07): the healthy twin of the table faults.
+    from verify.facts import smi_table
+
+    text = (PUBLIC / "nvidia-smi-table_healthy_h100x1-580.159.04.txt").read_text()
+    assert smi_table.looks_like_table(text)
+    table = smi_table.parse(text)
+    assert [g.bus_id for g in table.gpus] == ["00000000:00:06.0"]
+    assert not smi_failure.classify(text, "", 0)

@@ -72,8 +72,10 @@ _NEEDS_GPUS = (6, 9)
 # "[GPU requires reset]") and the default table ("ERR!"). The GPU-wide ones make the GPU unusable.
 GPU_GONE_VALUES = ("gpu is lost", "gpu requires reset")
 ERROR_VALUES = ("err!", "unknown error") + GPU_GONE_VALUES
-USAGE = re.compile(r"Invalid combination of input arguments|Please run 'nvidia-smi -h' for help|"
-                   r"^\s*Usage: nvidia-smi", re.I | re.M)
+# "ERROR: Option --x is not recognized. Please run 'nvidia-smi -h'." with exit 255 (580.159.04 on the H100,
+# tests/device/smi_forms.sh): the caller's command line, never the GPU's fault.
+USAGE = re.compile(r"Invalid combination of input arguments|Please run 'nvidia-smi -h'|"
+                   r"^\s*Usage: nvidia-smi|^ERROR: Option \S{1,200} is not recognized", re.I | re.M)
 
 
 @dataclass(frozen=True)
