@@ -230,3 +230,21 @@ def test_hosts_are_named_by_their_inventory_directory_not_their_own_hostname(tmp
     assert [n.host for n in nodes] == ["gpu-a"] and errors == []
     nodes, _ = load_fleet_dir(str(tmp_path / "gpu-a"))  # one node's own directory
     assert [n.host for n in nodes] == ["vm"]
+
+
+def test_the_controller_s_own_files_beside_the_host_directories_are_never_read_as_hosts(tmp_path):
+    # molecule/fix found a clean `verify -i` ending 3: the run's crossnode-records.json (and fix's
+    # inventory.json) were read as a flat directory's <host>.json reports and counted as unreadable.
+    report, _ = base()
+    (tmp_path / "gpu-a").mkdir()
+    (tmp_path / "gpu-a" / "report.json").write_text(json.dumps(report))
+    (tmp_path / "crossnode-records.json").write_text(json.dumps({"crossnode-rdma.json": {"gpu-a": []}}))
+    (tmp_path / "inventory.json").write_text(json.dumps({"inventory": "/x", "hosts": ["gpu-a"]}))
+    nodes, errors = load_fleet_dir(str(tmp_path))
+    assert [n.host for n in nodes] == ["gpu-a"] and errors == []
+    flat = tmp_path / "flat"  # a flat directory of <host>.json files is still read, its crossnode files not
+    flat.mkdir()
+    (flat / "gpu-b.json").write_text(json.dumps(report))
+    (flat / "crossnode-rdma.json").write_text("[]")
+    nodes, errors = load_fleet_dir(str(flat))
+    assert len(nodes) == 1 and errors == []

@@ -212,9 +212,14 @@ def _node_report_paths(root: Path) -> list:
         # One node's report directory (`tunefleet verify --local --out DIR`, `make demo`): the other JSON
         # files beside its report.json are that run's own (state-before.json), never more hosts.
         return [root / NODE_REPORT_NAME, *paths]
+    if paths:
+        # A fleet run directory (<run>/<host>/report.json): the JSON files beside the host directories are the
+        # controller's own (crossnode-records.json, inventory.json, ...), never more hosts. Read as reports, a
+        # clean `verify -i` ended 3 on crossnode-records.json (found by molecule/fix).
+        return paths
     # A flat directory of <host>.json files (e.g. collected by another tool) works too.
-    paths.extend(p for p in sorted(root.glob("*.json")) if p.name not in FLEET_OUTPUT_NAMES | {NODE_REPORT_NAME})
-    return paths
+    return [p for p in sorted(root.glob("*.json"))
+            if p.name not in FLEET_OUTPUT_NAMES | {NODE_REPORT_NAME} and not p.match(CROSSNODE_GLOB)]
 
 
 def _attach_crossnode(node: NodeReport, host_dir: Optional[Path], errors: list) -> None:
