@@ -5,6 +5,8 @@ import argparse
 import json
 from pathlib import Path
 
+import pytest
+
 from verify.fleet.run import Progress, finish, runner_kwargs
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "fleet"
@@ -60,7 +62,7 @@ def test_the_playbook_gets_the_run_directory_and_the_limit(tmp_path):
     kwargs = runner_kwargs(args, Path("/opt/tunefleet"), tmp_path / "reports" / "20260101T000000Z", "/tmp/w",
                            Progress(write=lambda _: None))
     assert kwargs["playbook"] == "/opt/tunefleet/playbooks/verify.yml"
-    assert kwargs["limit"] == "gpu[0:3]"
+    assert kwargs["limit"] == "gpu[0:3],localhost"  # the controller plays keep their host
     assert kwargs["extravars"] == {"verify_node_report_dir": str(tmp_path / "reports"),
                                    "verify_node_run_id": "20260101T000000Z"}
     assert kwargs["envvars"]["ANSIBLE_ROLES_PATH"] == "/opt/tunefleet/roles"
@@ -143,3 +145,15 @@ def test_forks_reach_ansible_runner_and_a_bad_count_is_refused_before_anything_r
     with pytest.raises(SystemExit) as exit_:
         cli_main(["verify", "-i", "inventory/local", "--forks", "0"])
     assert exit_.value.code == 2 and "'0' is not a whole number of at least 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("limit, expected", [
+    ("gpu-01", "gpu-01,localhost"),
+    ("@/run/rerun-hosts.txt", "@/run/rerun-hosts.txt,localhost"),
+    ("gpu-01,localhost", "gpu-01,localhost"),
+    ("gpu[0:3], localhost", "gpu[0:3], localhost"),
+])
+def test_a_limit_keeps_the_controller_plays_host(limit, expected):
+    from verify.fleet.run import with_controller
+
+    assert with_controller(limit) == expected
