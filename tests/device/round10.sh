@@ -10,7 +10,8 @@
 #   (4) tests/device/fix_nccl_conf.sh (issue 49; .whl/ carried) and tests/device/pairwise_two_gpus.sh (issue 50;
 #       on 1 GPU the parts a single GPU can run).
 #
-#   bash tests/device/round10.sh [STEPS]     # STEPS: a subset of "verify hooks readers fix pairwise" (default all)
+#   bash tests/device/round10.sh [STEPS]     # STEPS: a subset of "verify hooks readers fix pairwise sliced"
+#                                            # (default: all but sliced)
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
 device_workdir round10
@@ -76,6 +77,8 @@ for step in $steps; do
       ;;
     fix) each fix_nccl_conf 150 bash tests/device/fix_nccl_conf.sh ;;
     pairwise) each pairwise_two_gpus 150 bash tests/device/pairwise_two_gpus.sh ;;
+    # issue 52 on the device machine's idle cores (not in the default set: ~7 min)
+    sliced) each sliced_fleet_cost 400 env SIZES=1,10,100 SLICES=1,2,16 REPORT=0 bash tests/device/sliced_fleet_cost.sh ;;
   esac
 done
 out=$final_out
