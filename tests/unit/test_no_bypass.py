@@ -31,6 +31,9 @@ PROCESS_EXCEPTIONS = {
                            "ansible_env (run_playbook), cwd is the project directory",
     "verify/scheduler/nvml.py": "os.fork without exec: the prolog's own NVML reading in a child of this process "
                                 "(Reading); no program is started, no PATH or environment is consulted",
+    "verify/fleet/slices.py": "multiprocessing's fork context without exec: each slice's playbook run in a child "
+                              "of this process (run_jobs); ansible-playbook itself is started by run.py's "
+                              "ansible-runner call, with ansible_env",
 }
 READ_CALLS = {"read_text", "read_bytes"}
 # file -> (number of builtin open()/read_text/read_bytes sites, why none of them is a path another user names)
@@ -138,7 +141,7 @@ COMMAND_TASKS = {
     "roles/verify_node/tasks/main.yml": 1, "roles/verify_node/tasks/multinode.yml": 1,
     "roles/verify_node/tasks/rdma_pairs.yml": 3, "roles/verify_node/tasks/rdma_round.yml": 1,
     "roles/verify_node/tasks/find_python.yml": 1, "roles/reboot/tasks/reboot.yml": 5,
-    "roles/scheduler_hooks/tasks/main.yml": 3, "roles/pcie/handlers/main.yml": 1,
+    "roles/scheduler_hooks/tasks/main.yml": 4, "roles/pcie/handlers/main.yml": 1,
     "roles/network/tasks/irqbalance.yml": 1, "roles/network/tasks/persist_networkmanager.yml": 1,
     "roles/network/tasks/ethtool_apply.yml": 1, "roles/network/tasks/ethtool_read.yml": 2,
     "roles/network/handlers/main.yml": 1, "roles/storage/handlers/main.yml": 1,
