@@ -9,6 +9,7 @@ is neither in PARSERS nor in EXEMPT (with its reason), so a new parser cannot sk
 """
 from __future__ import annotations
 
+import argparse
 import ast
 import io
 import json
@@ -68,7 +69,8 @@ from verify.facts import (  # noqa: E402
     smi_table,
     versions,
 )
-from verify.fleet import baseline, baseline_rules, model, unpack  # noqa: E402
+from verify.fleet import baseline, baseline_rules, fix_plan, model, unpack  # noqa: E402
+from verify.fleet import ib_fabric as fleet_ib_fabric  # noqa: E402
 from verify.history import drain, window  # noqa: E402
 from verify.judging import thresholds  # noqa: E402
 from verify.result import Status  # noqa: E402
@@ -211,6 +213,13 @@ LEDGER = "/var/lib/tunefleet/ledger.json"
 SPEC = json.loads((FIXTURES / "node" / "desired_state.json").read_text())
 
 PARSERS = [
+    # operator input and fabric times (issues 49, 53): refused with the option named, never raised otherwise
+    Parser("verify.fleet.fix_plan:parse_age", lambda d: fix_plan.parse_age(text(d)), (ValueError,),
+           [b"24h", b"90m", b"2d", b"3600"]),
+    Parser("verify.fleet.ib_fabric:_read_at", lambda d: fleet_ib_fabric._read_at(text(d)),
+           (argparse.ArgumentTypeError,), [b"1796600000", b"1796600000.5"]),
+    Parser("verify.fleet.ib_fabric:reading_time", lambda d: fleet_ib_fabric.reading_time(text(d), 1796600000.0), (),
+           [b"1796600000", b"0", b"inf"]),
     # verify.node: ReadError (a ValueError)
     Parser("verify.node:parse_cpulist", lambda d: node.parse_cpulist(text(d)), (node.ReadError,),
            [b"0-3,8,10-11", b"0-63:1/2", b"0"]),  # the kernel's stride is A-B:N/GROUP ("0-63:2" is EINVAL)
@@ -561,6 +570,12 @@ def _fleet_report(root: str):
 # Functions the naming convention finds that are not parsers of outside input, or are covered
 # through another entry; each with its reason.
 EXEMPT = {
+    "verify.facts.kernel_log:_reading": "read_records of the text, cached; read_records is fuzzed",
+    "verify.fleet.fix_plan:load_run": "a run directory's report.json files through fleet.model's json_loads (fuzzed) "
+                                      "and fix_plan._load, refusing with FixRefused",
+    "verify.fleet.report:read_refused_archives": "reads <run>/unpack/refused.json, which the controller's unpack "
+                                                 "writes; through _side_file (bounded), errors are LoadErrors",
+    "verify.fleet.slices:_read_side": "a slice's side file through loads_json_bytes_bounded; every error is a note",
     "verify.local_run:load_named_profile": "wraps verify.profiles:load_profile (shipped files) into UsageError",
     "verify.local_run:parse_formats": "argparse input, refused with UsageError; not file or tool output",
     "verify.profiles:load_profile": "shipped files only; bounded load + validate_profile are fuzzed",
