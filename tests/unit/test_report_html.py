@@ -39,7 +39,7 @@ def test_chromium_shows_summary_and_failures_first(page):
     assert findings[0] == "FAIL" and [s for s, _ in rows] == sorted((s for s, _ in rows), key=order.index)
     skip_reasons = [r["reason"] for r in report["results"] if r["status"] == "SKIP"]
     assert sum(1 for s, _ in rows if s == "SKIP") == len(set(skip_reasons))
-    assert "Fix: role network: set network_mtu" in dom
+    assert "Fix: apply role network (playbooks/site.yml --tags network, or" in dom and "sets network_mtu: 9000" in dom
     assert not re.search(r'(src|href)="(https?:)?//', dom)  # self-contained
 
 
