@@ -301,3 +301,17 @@ def test_k8s_state_on_damaged_kubectl_json_is_total(text):
         return
     assert label is None or isinstance(label, str)
     assert isinstance(tainted, bool) and isinstance(reason, str)
+
+
+
+@pytest.mark.parametrize("digits", ["²", "٣", "１２", "⁵"])
+def test_non_ascii_digits_are_never_int_ed(digits):
+    # str.isdigit() is true for '²', '٣' and fullwidth digits, and int() refuses some of them: every reader that
+    # guards int() with isdigit() takes ASCII digits only (make fuzz found the first in aer.parse_counters).
+    from verify.checks import limits
+    from verify.facts import aer, nccl_settings
+
+    assert aer.parse_counters(f"TOTAL_ERR_COR {digits}") is None
+    assert nccl_settings._int(digits) is None
+    with pytest.raises(limits.LimitsParseError):
+        limits.normalize(digits, "nofile", None)

@@ -104,7 +104,7 @@ def origin(assignments: List[Assignment], key: str) -> str:
 
 def _int(node: Node, path: str) -> Optional[int]:
     value = node.read_value(path)
-    return int(value) if value is not None and value.lstrip("-").isdigit() else None
+    return int(value) if value is not None and value.isascii() and value.lstrip("-").isdigit() else None
 
 
 # ---------------------------------------------------------------- multi-rail, same subnet
@@ -223,7 +223,7 @@ def judge_ptrace_scope(live: Optional[int], assignments: List[Assignment]) -> Ch
     if live is None:
         return skip(check_id, ROLE, "no Yama LSM (/proc/sys/kernel/yama/ptrace_scope absent): ptrace is not restricted")
     winner = persisted(assignments, key)
-    persisted_value = int(winner.value) if winner and winner.value.isdigit() else None
+    persisted_value = int(winner.value) if winner and winner.value.isascii() and winner.value.isdigit() else None
     if live <= 1 and (persisted_value is None or persisted_value <= 1):
         return result(check_id, ROLE, Status.PASS, "<= 1", live)
     return result(

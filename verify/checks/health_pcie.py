@@ -46,7 +46,7 @@ gen_of = peaks.pcie_gen_from_speed
 
 def _width(node: Node, path: str) -> Optional[int]:
     value = node.read_value(path)
-    return int(value) if value and value.isdigit() else None
+    return int(value) if value and value.isascii() and value.isdigit() else None
 
 
 def upstream_port(node: Node, address: str) -> Optional[str]:

@@ -54,7 +54,7 @@ def normalize(value: object, item: str, nr_open: Optional[int]) -> object:
     text = str(value).strip().lower()
     if text in ("unlimited", "infinity", "-1", "-"):
         return nr_open if item == "nofile" and nr_open else INFINITY
-    if not text.isdigit():
+    if not (text.isascii() and text.isdigit()):
         raise LimitsParseError(f"{item} value {value!r} is neither a number nor unlimited")
     return int(text)
 

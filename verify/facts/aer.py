@@ -125,7 +125,8 @@ def parse_counters(text: str) -> Optional[dict]:
     found = {}
     for line in (text or "").splitlines():
         parts = line.split()
-        if len(parts) == 2 and parts[1].isdigit() and len(parts[1]) <= MAX_COUNT_DIGITS:
+        # ASCII digits only: str.isdigit() takes '²', which int() refuses (make fuzz, seed 682014737)
+        if len(parts) == 2 and parts[1].isascii() and parts[1].isdigit() and len(parts[1]) <= MAX_COUNT_DIGITS:
             found[parts[0]] = int(parts[1])
     return found or None
 

@@ -208,6 +208,7 @@ def read_manager_log(node: Node) -> tuple:
     if text is None:
         return [], f"{UNREADABLE} {MANAGER_LOG} (too large or not a regular file)"
     boot = next((int(line.split()[1]) for line in (node.read("/proc/stat") or "").splitlines()
-                 if line.startswith("btime ") and line.split()[1:2] and line.split()[1].isdigit()), None)
+                 if line.startswith("btime ") and line.split()[1:2] and line.split()[1].isascii()
+                 and line.split()[1].isdigit()), None)
     lines = parse_manager_log(text)
     return [line for line in lines if boot is None or line.at is None or line.at >= boot], ""

@@ -89,11 +89,11 @@ def parse_smi_csv(text: str) -> tuple:
         if len(row) != len(header):
             raise SmiParseError(f"a row has {len(row)} fields, the header {len(header)}")
         field = dict(zip(header, (value.strip() for value in row)))
-        if not field["index"].isdigit():
+        if not (field["index"].isascii() and field["index"].isdigit()):
             raise SmiParseError(f"GPU index {field['index']!r} is not a number")
         memory = field.get("memory.total", "").split(" ")[0]
         gpus.append(Gpu(int(field["index"]), field["pci.bus_id"], field["name"], _mode(field["persistence_mode"]),
-                        int(memory) if memory.isdigit() else None))
+                        int(memory) if memory.isascii() and memory.isdigit() else None))
         if field.get("driver_version"):
             drivers.add(field["driver_version"])
     if not gpus:

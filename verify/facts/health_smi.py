@@ -165,7 +165,7 @@ def parse(text: str) -> list:
         if len(row) != len(header):
             raise HealthParseError(f"a row has {len(row)} fields, the header {len(header)}")
         values = dict(zip(header, (value.strip() for value in row)))
-        if not values["index"].isdigit():
+        if not (values["index"].isascii() and values["index"].isdigit()):
             raise HealthParseError(f"GPU index {values['index']!r} is not a number")
         gpus.append(GpuHealth(int(values["index"]), values["pci.bus_id"], values["name"], values))
     return gpus

@@ -299,7 +299,7 @@ def _number(value: object, scale: float = 1.0) -> Optional[float]:
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         return None
     text = str(value)
-    return int(text) / scale if text.isdigit() and len(text) <= 20 else None
+    return int(text) / scale if text.isascii() and text.isdigit() and len(text) <= 20 else None
 
 
 def _json_text(value: object) -> Optional[str]:

@@ -72,7 +72,7 @@ def effective(node: Node, environment: Optional[Mapping[str, str]] = None, home:
 
 def _int(value: str) -> Optional[int]:
     text = value.strip()
-    return int(text) if text.isdigit() and len(text) < 10 else None
+    return int(text) if text.isascii() and text.isdigit() and len(text) < 10 else None
 
 
 # Settings that take a transport or bandwidth away from an intra-node all-reduce, and what each does (NCCL
