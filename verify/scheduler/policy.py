@@ -132,7 +132,8 @@ def parse(data: object, origin: str) -> Policy:
         for key, value in rules.items():
             where = f"{section}.{key}"
             if section == "xids":
-                if not (isinstance(key, str) and key.isascii() and key.isdigit() and 0 < int(key) < MAX_XID):
+                if not (isinstance(key, str) and key.isascii() and key.isdigit() and len(key) <= 6
+                        and 0 < int(key) < MAX_XID):  # len first: int() refuses 4,300 digits
                     raise PolicyError(f"policy {origin}: xids.{_show(key)}: an Xid code is a whole number "
                                       f"from 1 to {MAX_XID - 1}")
                 policy.xids[int(key)] = _rule(value, f"xids.{int(key)}", origin)
@@ -210,7 +211,7 @@ def _xid_codes(result) -> list:
     xids = result.details.get("xids") if result.check_id.startswith("health.gpu.xid.") else None
     found = []
     for key, entry in (xids or {}).items():
-        if isinstance(key, str) and key.isdigit() and isinstance(entry, dict):
+        if isinstance(key, str) and key.isascii() and key.isdigit() and len(key) <= 6 and isinstance(entry, dict):
             action = entry.get(verdicts.ACTION_KEY)
             action = action if action in verdicts.ACTIONS else None
             found.append((int(key), action, verdicts.status_of(action) if action else Status.WARN))
