@@ -218,13 +218,17 @@ class KernelRanges:
             return f"this key holds {rule.count} integer(s)"
         answer = self.answers.get((key, " ".join(str(value).split())))
         kernel = f"this kernel ({self.release or 'release unknown'})"
-        if isinstance(answer, str):
-            return f"{kernel} refuses it (asked in a throwaway network namespace: {answer})"
         if answer is True:
             return None
+        # The modelled rule says why in the operator's terms; the kernel's own answer, where asked, is the proof
+        # (and the only reason where no modelled rule explains it).
+        why = None
         outside = [n for n in numbers if not rule.low <= n <= rule.high]
         if outside:
-            return f"{outside[0]} is outside {rule.low}..{rule.high}, which {kernel} refuses (modelled: {rule.source})"
-        if key == PORT_RANGE_KEY and numbers[0] > numbers[1]:
-            return f"the first port {numbers[0]} is above the last {numbers[1]}, which the kernel refuses"
-        return None
+            why = f"{outside[0]} is outside {rule.low}..{rule.high}, which {kernel} refuses (modelled: {rule.source})"
+        elif key == PORT_RANGE_KEY and numbers[0] > numbers[1]:
+            why = f"the first port {numbers[0]} is above the last {numbers[1]}, which the kernel refuses"
+        if isinstance(answer, str):
+            asked = f"asked in a throwaway network namespace: {answer}"
+            return f"{why} ({asked})" if why else f"{kernel} refuses it ({asked})"
+        return why

@@ -66,9 +66,18 @@ def test_the_running_kernels_answers_win_over_the_model(monkeypatch):
     assert len(asked) == 1 and [c[0] for c in asked[0]] == [
         "net.ipv4.ip_local_port_range", "net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem"]  # vm.* is host-wide: never asked
     assert asked[0][0][2] == [(sr.PORT_FLOOR_KEY, "0")]  # the floor is the caller's rule, opened in the namespace
-    assert "refuses it (asked in a throwaway network namespace: Invalid argument)" in kernel.problem(
+    assert "(asked in a throwaway network namespace: Invalid argument)" in kernel.problem(
         "net.ipv4.tcp_rmem", "1 1 1")
     assert kernel.problem("net.ipv4.tcp_wmem", "2 2 2") is None
+
+
+def test_a_refusal_the_model_explains_says_why_and_keeps_the_kernels_answer(monkeypatch):
+    # molecule/default: '3000 2000' must say the first port is above the last, not only "Invalid argument".
+    monkeypatch.setattr(sr, "probe", lambda candidates: ["Invalid argument" for _ in list(candidates)])
+    kernel = sr.KernelRanges("/", [("net.ipv4.ip_local_port_range", "3000 2000")])
+    problem = kernel.problem("net.ipv4.ip_local_port_range", "3000 2000")
+    assert problem.startswith("the first port 3000 is above the last 2000")
+    assert "(asked in a throwaway network namespace: Invalid argument)" in problem
 
 
 def test_without_root_nothing_is_asked_and_the_model_judges(monkeypatch):
