@@ -18,26 +18,23 @@ device_workdir round10
 steps=${1:-verify hooks readers fix pairwise}
 final_out=$out
 
+# busy_job: a job holding ~90 % of GPU 0's memory and computing, as lib.sh's start_competitor runs its
+# $work/compete.py (its "running" line is what start_competitor waits for; stop_competitor ends it).
 busy_job() {
-  cat >"$work/busy.py" <<'PY'
+  cat >"$work/compete.py" <<'PY'
 import sys, time, torch
 free, total = torch.cuda.mem_get_info(0)
 hold = torch.empty(int(free * 0.9) // 2, dtype=torch.bfloat16, device="cuda:0")
 a = torch.randn(8192, 8192, dtype=torch.bfloat16, device="cuda:0")
-print(f"job holding {hold.numel() * 2 / 2**30:.1f} GiB of GPU 0 and computing", flush=True)
+print(f"job holding {hold.numel() * 2 / 2**30:.1f} GiB of GPU 0 and computing: running", flush=True)
 stop = time.monotonic() + float(sys.argv[1])
 while time.monotonic() < stop:
     for _ in range(20):
         a = torch.tanh(a @ a)
     torch.cuda.synchronize()
 PY
-  $py "$work/busy.py" "$1" >"$work/busy.log" 2>&1 &
-  busy=$!
-  for _ in $(seq 60); do
-    if grep -q holding "$work/busy.log" || ! kill -0 "$busy" 2>/dev/null; then break; fi
-    sleep 1
-  done
-  note "== $(head -1 "$work/busy.log")"
+  start_competitor "$1" "the job holding the GPU"
+  note "== $(head -1 "$work/compete.log")"
 }
 
 verify_local() {
@@ -68,7 +65,7 @@ for step in $steps; do
       verify_local idle
       busy_job 120
       verify_local busy
-      kill "$busy" 2>/dev/null; wait "$busy" 2>/dev/null
+      stop_competitor
       ;;
     hooks) each hook_start 200 bash tests/device/hook_start.sh 30 ;;
     readers)
